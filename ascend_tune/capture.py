@@ -1,0 +1,192 @@
+"""Zero-touch capture: the backward patch, the optimizer hooks, the GradScaler patch and the loader wrap.
+
+Each function installs one thing and registers its undo on the caller's ``ExitStack`` in the same breath, so
+leaving the ``with`` block, normally or by an exception, restores everything by construction.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+from collections.abc import Iterator
+from typing import Any, Callable, Optional
+
+import torch
+
+_local = threading.local()
+
+
+def patch_backward(stack: contextlib.ExitStack, on_loss: Callable[[torch.Tensor], None]) -> None:
+    """Report every scalar tensor back-propagated through ``torch.autograd.backward``.
+
+    ``Tensor.backward`` calls ``torch.autograd.backward`` through the module attribute, so this one patch sees both
+    spellings. Only a scalar is a loss (pipeline stages back-propagate activations with a ``gradient``), and only
+    the outermost call counts (reentrant checkpointing calls backward from inside backward).
+    """
+    original = torch.autograd.backward
+
+    @functools.wraps(original)
+    def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+        depth = getattr(_local, "depth", 0)
+        if depth == 0:
+            loss = _scalar(tensors)
+            if loss is not None:
+                on_loss(loss)
+        _local.depth = depth + 1
+        try:
+            return original(tensors, *args, **kwargs)
+        finally:
+            _local.depth = depth
+
+    torch.autograd.backward = backward
+    stack.callback(setattr, torch.autograd, "backward", original)
+
+
+def _scalar(tensors: Any) -> Optional[torch.Tensor]:
+    if isinstance(tensors, (list, tuple)) and len(tensors) == 1:
+        tensors = tensors[0]
+    if isinstance(tensors, torch.Tensor) and tensors.numel() == 1:
+        return tensors
+    return None
+
+
+def hook_optimizer(
+    stack: contextlib.ExitStack,
+    optimizer: torch.optim.Optimizer,
+    on_pre: Callable[[], None],
+    on_post: Callable[[], None],
+) -> None:
+    """Call ``on_pre`` / ``on_post`` around each ``optimizer.step()`` through torch's official step hooks.
+
+    ``optimizer.step`` may already be wrapped by an LR scheduler or a profiler; the hooks see the real step.
+    """
+    pre = optimizer.register_step_pre_hook(lambda opt, args, kwargs: on_pre())
+    stack.callback(pre.remove)
+    post = optimizer.register_step_post_hook(lambda opt, args, kwargs: on_post())
+    stack.callback(post.remove)
+
+
+def patch_grad_scaler(
+    stack: contextlib.ExitStack,
+    on_scale: Callable[[torch.Tensor, torch.Tensor], None],
+    on_step: Callable[[Any, Callable[[], Any]], Any],
+    extra: Optional[Any] = None,
+) -> None:
+    """Record ``GradScaler.scale``'s input (the unscaled loss) and wrap ``GradScaler.step`` for the block.
+
+    ``on_scale(scaled, loss)`` is told each scaling; ``on_step(optimizer, run)`` runs the real step through ``run``
+    so the caller can see whether the optimizer's own step ran (GradScaler skips it on inf/nan gradients).
+    ``extra``: a user's scaler whose class overrides ``scale`` / ``step`` (torch_npu ships its own), patched too.
+    """
+    classes = [torch.amp.GradScaler]
+    if extra is not None:
+        for cls in type(extra).__mro__:
+            if cls not in classes and ("scale" in vars(cls) or "step" in vars(cls)):
+                classes.append(cls)
+    for cls in classes:
+        for name, make in (("scale", _wrap_scale), ("step", _wrap_step)):
+            original = vars(cls).get(name)
+            if original is None:
+                continue
+            setattr(cls, name, make(original, on_scale if name == "scale" else on_step))
+            stack.callback(setattr, cls, name, original)
+
+
+def _wrap_scale(original: Callable, on_scale: Callable) -> Callable:
+    @functools.wraps(original)
+    def scale(self: Any, outputs: Any) -> Any:
+        scaled = original(self, outputs)
+        if isinstance(outputs, torch.Tensor) and isinstance(scaled, torch.Tensor):
+            on_scale(scaled, outputs)
+        return scaled
+
+    return scale
+
+
+def _wrap_step(original: Callable, on_step: Callable) -> Callable:
+    @functools.wraps(original)
+    def step(self: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
+        return on_step(optimizer, lambda: original(self, optimizer, *args, **kwargs))
+
+    return step
+
+
+class EpochTracker:
+    """Calls ``sampler.set_epoch`` at each new pass over the loader, unless the script does it itself.
+
+    A script that calls ``set_epoch`` (resumed runs do, with their own epoch number) is left alone: the epoch the
+    sampler holds at the start of a pass is compared with the one we last set.
+    """
+
+    def __init__(self) -> None:
+        self.passes = 0
+        self._last_set: Optional[int] = None
+
+    def begin_pass(self, loader: Any) -> int:
+        sampler = getattr(loader, "sampler", None)
+        current = getattr(sampler, "epoch", None)
+        epoch = self.passes if current is None else current
+        if callable(getattr(sampler, "set_epoch", None)) and isinstance(current, int):
+            if self.passes > 0 and current == self._last_set:
+                epoch = current + 1
+                sampler.set_epoch(epoch)
+            self._last_set = epoch
+        self.passes += 1
+        return epoch
+
+
+def iterate_marked(iterator: Iterator, on_batch: Callable[[Any], None]) -> Iterator:
+    """Yield from ``iterator``, reporting each batch as it is handed to the training loop."""
+    for batch in iterator:
+        on_batch(batch)
+        yield batch
+
+
+_subclasses: dict = {}
+
+
+def wrap_loader(
+    stack: contextlib.ExitStack,
+    loader: Any,
+    on_pass: Callable[[int], None],
+    on_batch: Callable[[Any], None],
+) -> bool:
+    """Wrap one loader instance in place by swapping its class for a subclass; False if it cannot be swapped.
+
+    ``DataLoader.__iter__`` is looked up on the type, so patching the instance would not work, and patching
+    ``_BaseDataLoaderIter`` (as ptdbg and msprobe did) would touch every loader in the process.
+    """
+    original = type(loader)
+    if getattr(original, "__ascend_tune_wrapped__", False):
+        return True  # already wrapped by an enclosing monitor: that one marks the steps
+    if original not in _subclasses:
+        _subclasses[original] = type(
+            original.__name__,
+            (original,),
+            {
+                "__ascend_tune_wrapped__": True,
+                "__iter__": _marked_iter,
+                "__module__": original.__module__,
+                "__qualname__": original.__qualname__,
+            },
+        )
+    try:
+        object.__setattr__(loader, "__class__", _subclasses[original])
+    except TypeError:  # builtins (list, tuple) and __slots__ classes cannot change class
+        return False
+    tracker = EpochTracker()
+    object.__setattr__(loader, "_ascend_tune_marks", (tracker, on_pass, on_batch))
+    stack.callback(_unwrap, loader, original)
+    return True
+
+
+def _marked_iter(self: Any) -> Iterator:
+    tracker, on_pass, on_batch = self.__dict__["_ascend_tune_marks"]
+    on_pass(tracker.begin_pass(self))
+    return iterate_marked(super(type(self), self).__iter__(), on_batch)
+
+
+def _unwrap(loader: Any, original: type) -> None:
+    object.__setattr__(loader, "__class__", original)
+    loader.__dict__.pop("_ascend_tune_marks", None)

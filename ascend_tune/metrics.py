@@ -1,0 +1,298 @@
+"""The step clock and its maths, apart from where the numbers are written (the sinks at the bottom).
+
+Steps/sec of a log line = steps since the previous line / wall seconds since the previous line; samples/sec the
+same with the samples the loader handed out. Step losses stay on the device as 0-dim tensors until a log step,
+where they are read back in one transfer; on an accelerator that read is a non-blocking copy into pinned memory
+that is picked up at the next step, so even a log step does not wait for the device.
+
+The summary's statistics (median / mean / p10 / p90 steps/sec) are over log windows that contain no warm-up step:
+``first_step >= start_step + warmup_steps``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional, TextIO
+
+import numpy as np
+import torch
+
+from . import device
+
+LOG_LINE = "[{time}] (step={step:07d}) Train Loss: {loss:.4f}, Train Steps/Sec: {rate:.2f}"
+TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
+logger = logging.getLogger("ascend_tune")
+
+
+@dataclass
+class StepEntry:
+    """One optimizer step as the clock saw it; ``loss`` stays a device tensor until read back."""
+
+    step: int
+    loss: Optional[torch.Tensor]
+    samples: Optional[int]
+    skipped: bool
+    at: float  # time.perf_counter() when the step ended
+    wall: float  # time.time() when the step ended
+
+
+@dataclass(frozen=True)
+class Window:
+    """The steps between two log lines, with their read-back losses."""
+
+    first_step: int
+    last_step: int
+    seconds: float
+    samples: Optional[int]
+    losses: tuple  # float or None per step, in step order
+    skipped: int
+    end_time: float  # time.time() at the last step
+
+    @property
+    def steps(self) -> int:
+        return len(self.losses)
+
+    @property
+    def steps_per_sec(self) -> float:
+        return self.steps / self.seconds if self.seconds > 0 else math.inf
+
+    @property
+    def samples_per_sec(self) -> Optional[float]:
+        if self.samples is None or self.seconds <= 0:
+            return None
+        return self.samples / self.seconds
+
+    @property
+    def loss(self) -> float:
+        """Mean step loss of the window (NaN when a step's loss is NaN, or when no step had a loss)."""
+        known = [v for v in self.losses if v is not None]
+        return sum(known) / len(known) if known else math.nan
+
+    @property
+    def nonfinite(self) -> int:
+        return sum(1 for v in self.losses if v is not None and not math.isfinite(v))
+
+
+class _PendingRead:
+    """Losses of one window on their way to the host; ``ready()`` never blocks unless forced."""
+
+    def __init__(self, entries: list, tensors: list, host: Optional[torch.Tensor], event: Any):
+        self.entries = entries
+        self._tensors = tensors
+        self._host = host
+        self._event = event
+
+    def ready(self, force: bool) -> bool:
+        if self._event is None:
+            return True
+        if force or self._event.query():
+            self._event.synchronize()
+            return True
+        return False
+
+    def values(self) -> list:
+        if self._host is not None:
+            flat = self._host.numpy().tolist()
+        elif self._tensors:
+            flat = torch.stack(self._tensors).float().tolist()
+        else:
+            flat = []
+        it = iter(flat)
+        return [None if e.loss is None else float(next(it)) for e in self.entries]
+
+
+def read_back(entries: list, lag: bool) -> _PendingRead:
+    """Start reading the step losses of ``entries``: one stacked transfer, non-blocking on an accelerator."""
+    tensors = [e.loss for e in entries if e.loss is not None]
+    if not tensors:
+        return _PendingRead(entries, [], None, None)
+    dev = tensors[0].device
+    tensors = [t.to(dev).reshape(()) for t in tensors]
+    if not lag or dev.type == "cpu":
+        return _PendingRead(entries, tensors, None, None)
+    stacked = torch.stack(tensors).float()
+    host = torch.empty(stacked.shape, dtype=stacked.dtype, pin_memory=True)
+    host.copy_(stacked, non_blocking=True)
+    event = device.new_event(dev.type)
+    if event is None:  # no event API for this device: fall back to a plain read at the next step
+        return _PendingRead(entries, [stacked], None, None)
+    event.record()
+    return _PendingRead(entries, [], host, event)
+
+
+class StepClock:
+    """Host-side timing of log windows. No device calls: it only counts steps, samples and wall seconds."""
+
+    def __init__(self, start_step: int = 0):
+        self.next_step = start_step
+        self.started = time.perf_counter()
+        self._window_start = self.started
+        self._entries: list = []
+        self._samples: Optional[int] = 0
+
+    def commit(
+        self, loss: Optional[torch.Tensor], samples: Optional[int], skipped: bool, at: float, wall: float
+    ) -> StepEntry:
+        """Count one step that ended at ``at`` (perf_counter); the step number is assigned here."""
+        entry = StepEntry(self.next_step, loss, samples, skipped, at, wall)
+        self.next_step += 1
+        self._entries.append(entry)
+        if samples is None or self._samples is None:
+            self._samples = None
+        else:
+            self._samples += samples
+        return entry
+
+    @property
+    def pending_steps(self) -> int:
+        return len(self._entries)
+
+    def close_window(self) -> tuple:
+        """End the current window at its last step: (entries, seconds, samples) for a log line."""
+        end = self._entries[-1].at
+        out = (self._entries, end - self._window_start, self._samples)
+        self._entries, self._window_start, self._samples = [], end, 0
+        return out
+
+
+@dataclass
+class RunTotals:
+    """What summary.json reports, grown one window at a time."""
+
+    start_step: int
+    warmup_steps: int
+    windows: list = field(default_factory=list)
+
+    def add(self, window: Window) -> None:
+        self.windows.append(window)
+
+    def summary(self) -> dict:
+        """The summary's numbers; rates only from windows past warm-up."""
+        steady = [w for w in self.windows if w.first_step >= self.start_step + self.warmup_steps]
+        losses = [v for w in self.windows for v in w.losses]
+        out: dict = {
+            "steps": sum(w.steps for w in self.windows),
+            "first_step": self.windows[0].first_step if self.windows else None,
+            "last_step": self.windows[-1].last_step if self.windows else None,
+            "start_step": self.start_step,
+            "warmup_steps": self.warmup_steps,
+            "steady_steps": sum(w.steps for w in steady),
+            "nonfinite_steps": sum(w.nonfinite for w in self.windows),
+            "skipped_steps": sum(w.skipped for w in self.windows),
+            "steps_without_loss": sum(1 for v in losses if v is None),
+            "final_loss": next((v for v in reversed(losses) if v is not None), None),
+            "steps_per_sec": _rate_stats([w.steps_per_sec for w in steady], steady, "steps"),
+            "samples_per_sec": None,
+        }
+        if steady and all(w.samples is not None for w in steady):
+            out["samples_per_sec"] = _rate_stats([w.samples_per_sec for w in steady], steady, "samples")
+        if not steady and self.windows:
+            out["note"] = (
+                f"all {out['steps']} steps fell in the warm-up ({self.warmup_steps} steps); "
+                "run longer or lower warmup_steps for throughput statistics"
+            )
+        return out
+
+
+def _rate_stats(rates: list, windows: list, unit: str) -> Optional[dict]:
+    finite = np.array([r for r in rates if r is not None and math.isfinite(r)], dtype=float)
+    if finite.size == 0:
+        return None
+    seconds = sum(w.seconds for w in windows)
+    total = sum(w.steps if unit == "steps" else (w.samples or 0) for w in windows)
+    return {
+        "median": float(np.median(finite)),
+        "mean": float(np.mean(finite)),
+        "p10": float(np.percentile(finite, 10)),
+        "p90": float(np.percentile(finite, 90)),
+        "overall": total / seconds if seconds > 0 else None,
+        "windows": int(finite.size),
+    }
+
+
+# --- sinks: where the numbers go -------------------------------------------------------------------------------
+
+
+def format_log_line(step: int, loss: float, steps_per_sec: float, when: Optional[float] = None) -> str:
+    """The seed's line, byte for byte: ``[time] (step=0000042) Train Loss: 1.2345, Train Steps/Sec: 9.87``."""
+    stamp = time.strftime(TIME_FORMAT, time.localtime(when))
+    return LOG_LINE.format(time=stamp, step=step, loss=loss, rate=steps_per_sec)
+
+
+class TextLogSink:
+    """``log.txt`` in the seed's format, one flushed line per log window; echoed to the ``ascend_tune`` logger."""
+
+    def __init__(self, path: str, append: bool, echo: bool):
+        self._file: TextIO = open(path, "a" if append else "w", buffering=1, encoding="utf-8")
+        self._echo = echo
+
+    def write(self, window: Window, record: dict) -> None:
+        line = format_log_line(window.last_step, window.loss, window.steps_per_sec, window.end_time)
+        self._file.write(line + "\n")
+        if self._echo:
+            logger.info(line.split("] ", 1)[1])
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class JsonlSink:
+    """``metrics.jsonl``: one JSON object per log line with full-precision values."""
+
+    def __init__(self, path: str, append: bool):
+        self._file: TextIO = open(path, "a" if append else "w", buffering=1, encoding="utf-8")
+
+    def write(self, window: Window, record: dict) -> None:
+        self._file.write(json.dumps(record, allow_nan=True) + "\n")
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def window_record(window: Window, **context: Any) -> dict:
+    """The metrics.jsonl object of a window: the log line's facts and the context the monitor adds."""
+    record = {
+        "step": window.last_step,
+        "loss": window.loss,
+        "steps_per_sec": window.steps_per_sec,
+        "samples_per_sec": window.samples_per_sec,
+        "time": window.end_time,
+        "first_step": window.first_step,
+        "window_steps": window.steps,
+        "seconds": window.seconds,
+        "samples": window.samples,
+        "step_losses": list(window.losses),
+        "nonfinite": window.nonfinite,
+        "skipped": window.skipped,
+    }
+    record.update(context)
+    return record
+
+
+def write_json_atomic(path: str, payload: dict) -> None:
+    """Write JSON to ``path`` through a temporary file, so a reader never sees half a file."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(payload, fh, indent=2, allow_nan=True, default=str)
+        fh.write("\n")
+    os.replace(tmp, path)
+
+
+
+
+def make_window(entries: list, seconds: float, samples: Optional[int], losses: list) -> Window:
+    """The Window of ``entries`` once their losses are on the host."""
+    return Window(
+        first_step=entries[0].step,
+        last_step=entries[-1].step,
+        seconds=seconds,
+        samples=samples,
+        losses=tuple(losses),
+        skipped=sum(1 for e in entries if e.skipped),
+        end_time=entries[-1].wall,
+    )

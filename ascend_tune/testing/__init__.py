@@ -1,0 +1,1 @@
+"""What tests here and downstream share: the fake torch_npu and tiny models."""

@@ -1,0 +1,14 @@
+"""Fake third-party packages for CPU-only tests; ``fakes_dir()`` is the folder to put on ``sys.path``.
+
+The folder holds a faithful fake of ``torch_npu`` (real module paths and signatures, CPU maths). It changes nothing
+in torch, so a test can import it and later drop every ``torch_npu*`` entry from ``sys.modules``.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+def fakes_dir() -> str:
+    """The folder that holds the fake packages; prepend it to ``sys.path`` to make ``import torch_npu`` find them."""
+    return os.path.dirname(os.path.abspath(__file__))

@@ -1,0 +1,73 @@
+"""Tiny models and synthetic data for the demo, the benchmarks and tests: nothing is downloaded."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.utils.data import TensorDataset
+
+# (output channels at width 1.0, stride) of MobileNetV1's 13 depthwise-separable blocks
+_MOBILENET_V1_BLOCKS = (
+    (64, 1), (128, 2), (128, 1), (256, 2), (256, 1), (512, 2),
+    (512, 1), (512, 1), (512, 1), (512, 1), (512, 1), (1024, 2), (1024, 1),
+)
+
+
+def _conv_bn(cin: int, cout: int, stride: int, groups: int = 1, kernel: int = 3) -> nn.Sequential:
+    return nn.Sequential(
+        nn.Conv2d(cin, cout, kernel, stride, kernel // 2, groups=groups, bias=False),
+        nn.BatchNorm2d(cout),
+        nn.ReLU(inplace=True),
+    )
+
+
+class MobileNetV1(nn.Module):
+    """MobileNetV1's layer structure (83 parameter tensors) at a chosen width, for small images."""
+
+    def __init__(self, num_classes: int = 10, width: float = 0.25, in_channels: int = 3):
+        super().__init__()
+        chans = [max(8, int(c * width)) for c, _ in _MOBILENET_V1_BLOCKS]
+        first = max(8, int(32 * width))
+        layers = [_conv_bn(in_channels, first, 2)]
+        cin = first
+        for cout, (_, stride) in zip(chans, _MOBILENET_V1_BLOCKS):
+            layers.append(_conv_bn(cin, cin, stride, groups=cin))  # depthwise
+            layers.append(_conv_bn(cin, cout, 1, kernel=1))  # pointwise
+            cin = cout
+        self.features = nn.Sequential(*layers)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(cin, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(torch.flatten(self.pool(self.features(x)), 1))
+
+
+def synthetic_images(
+    n: int = 2048, num_classes: int = 10, size: int = 32, channels: int = 3, noise: float = 0.5, seed: int = 0
+) -> TensorDataset:
+    """A learnable image classification set: each class is a fixed random pattern plus Gaussian noise."""
+    gen = torch.Generator().manual_seed(seed)
+    templates = torch.randn(num_classes, channels, size, size, generator=gen)
+    labels = torch.randint(0, num_classes, (n,), generator=gen)
+    images = templates[labels] + noise * torch.randn(n, channels, size, size, generator=gen)
+    return TensorDataset(images, labels)
+
+
+class TinyMLP(nn.Module):
+    """A two-layer MLP for fast tests."""
+
+    def __init__(self, features: int = 16, hidden: int = 32, classes: int = 4):
+        super().__init__()
+        self.fc1 = nn.Linear(features, hidden)
+        self.fc2 = nn.Linear(hidden, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+def synthetic_classification(n: int = 256, features: int = 16, classes: int = 4, seed: int = 0) -> TensorDataset:
+    """Vectors whose class is a linear function of the features: an MLP learns it in a few steps."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, features, generator=gen)
+    w = torch.randn(features, classes, generator=gen)
+    return TensorDataset(x, (x @ w).argmax(dim=1))
