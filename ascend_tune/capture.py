@@ -17,6 +17,21 @@ import torch
 _local = threading.local()
 
 
+@contextlib.contextmanager
+def internal() -> Iterator[None]:
+    """Mark tensor work done by ascend_tune itself (loss accumulation, statistics) so no capture records it."""
+    _local.internal = getattr(_local, "internal", 0) + 1
+    try:
+        yield
+    finally:
+        _local.internal -= 1
+
+
+def in_internal() -> bool:
+    """True while ascend_tune's own tensor work runs on this thread."""
+    return getattr(_local, "internal", 0) > 0
+
+
 def patch_backward(stack: contextlib.ExitStack, on_loss: Callable[[torch.Tensor], None]) -> None:
     """Report every scalar tensor back-propagated through ``torch.autograd.backward``.
 
@@ -29,7 +44,7 @@ def patch_backward(stack: contextlib.ExitStack, on_loss: Callable[[torch.Tensor]
     @functools.wraps(original)
     def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
         depth = getattr(_local, "depth", 0)
-        if depth == 0:
+        if depth == 0 and not in_internal():
             loss = _scalar(tensors)
             if loss is not None:
                 on_loss(loss)

@@ -248,7 +248,10 @@ class JsonlSink:
         self._file: TextIO = open(path, "a" if append else "w", buffering=1, encoding="utf-8")
 
     def write(self, window: Window, record: dict) -> None:
-        self._file.write(json.dumps(record, allow_nan=True) + "\n")
+        self.write_record(record)
+
+    def write_record(self, record: dict) -> None:
+        self._file.write(json.dumps(record, allow_nan=True, default=str) + "\n")
 
     def close(self) -> None:
         self._file.close()

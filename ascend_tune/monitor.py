@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import importlib
 import logging
 import os
 import shutil
@@ -28,6 +29,7 @@ from typing import Any, Optional
 import torch
 
 from . import capture, device, metrics
+from .callbacks import Callback
 from .errors import ConfigError, OutputError
 
 OUTPUT_FILES = ("log.txt", "metrics.jsonl", "summary.json")
@@ -50,6 +52,13 @@ class TrainingMonitor:
         accumulate: ``"sum"`` (default) or ``"mean"`` of the losses back-propagated within one step.
         rank: this process's global rank; else ``RANK`` or ``torch.distributed``.
         quiet: do not echo log lines through the ``ascend_tune`` logger.
+        profile: profiler traces on a schedule (``True``, a dict or a ``ProfileConfig``; ``ASCEND_TUNE_PROFILE``).
+        precision: precision dumps / overflow check at chosen steps (a dict or ``PrecisionConfig``;
+            ``ASCEND_TUNE_DUMP``).
+        seed: seed python, numpy and torch (an int) before the first step.
+        tune: device-driven tuning (fused optimizer swap, compile mode): ``True``, ``False`` or a dict / ``TuneConfig``.
+        shapes: the dynamic-shape detector (``True``, a dict; ``ASCEND_TUNE_SHAPES=1``).
+        callbacks: extra :class:`~ascend_tune.callbacks.Callback` objects driven by the step clock.
     """
 
     def __init__(
@@ -67,6 +76,12 @@ class TrainingMonitor:
         accumulate: str = "sum",
         rank: Optional[int] = None,
         quiet: bool = False,
+        profile: Any = None,
+        precision: Any = None,
+        seed: Optional[int] = None,
+        tune: Any = None,
+        shapes: Any = None,
+        callbacks: Optional[Iterable] = None,
         **unknown: Any,
     ):
         _check_options(unknown)
@@ -102,6 +117,11 @@ class TrainingMonitor:
         self.scaler = scaler
         self.accumulate = accumulate
         self.quiet = quiet
+        self.features = {"profile": profile, "precision": precision, "seed": seed, "tune": tune, "shapes": shapes}
+        self.callbacks = list(callbacks or [])
+        for cb in self.callbacks:
+            if not isinstance(cb, Callback):
+                raise ConfigError(f"callbacks must be ascend_tune.callbacks.Callback objects, got {type(cb).__name__}")
         self.rank = rank if rank is not None else _env_rank()
         self.world_size = _world_size()
         self.device: Optional[device.DeviceInfo] = None
@@ -123,6 +143,9 @@ class TrainingMonitor:
             capture.patch_grad_scaler(stack, self._on_scale, self._on_scaler_step, extra=self.scaler)
             if self.optimizer is not None:
                 capture.hook_optimizer(stack, self.optimizer, self._on_step_pre, self._on_step_post)
+            self._callbacks = self._build_features() + self.callbacks
+            for cb in self._callbacks:
+                cb.on_enter(self, stack)
             if self.train_loader is not None:
                 if capture.wrap_loader(stack, self.train_loader, self._on_pass, self._on_batch):
                     self._samples_since = 0
@@ -136,6 +159,8 @@ class TrainingMonitor:
             stack.close()
             raise
         self._stack = stack
+        for cb in self._callbacks:
+            cb.on_step_begin(self, self.start_step)
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
@@ -147,6 +172,8 @@ class TrainingMonitor:
             if self.clock.pending_steps:
                 self._log_window()
             self._drain(force=True)
+            for cb in self._callbacks:
+                cb.on_exit(self, exc_type)
             if self.rank == 0:
                 self._write_summary(exc_type)
         finally:
@@ -165,7 +192,8 @@ class TrainingMonitor:
         if loss is not None and not isinstance(loss, torch.Tensor):
             loss = torch.tensor(float(loss))
         if loss is not None:
-            loss = self._unscaled(loss).detach()
+            with capture.internal():
+                loss = self._unscaled(loss).detach()
         if self._closed is not None:
             if loss is not None:
                 self._closed["loss"] = loss
@@ -196,13 +224,18 @@ class TrainingMonitor:
         return tensor
 
     def _on_backward(self, tensor: torch.Tensor) -> None:
-        loss = self._unscaled(tensor).detach()
+        with capture.internal():
+            loss = self._unscaled(tensor).detach()
         if self._in_step:
             if self._closure_loss is None:  # LBFGS-style closure: the first evaluation is the step's loss
                 self._closure_loss = loss
             return
         self._commit_pending()
-        self._micro = loss if self._micro is None else self._micro + loss
+        if self._micro is None:
+            self._micro = loss
+        else:
+            with capture.internal():
+                self._micro = self._micro + loss
         self._micro_n += 1
         if self.optimizer is None and not self._explicit:
             self._close(skipped=False)
@@ -253,19 +286,26 @@ class TrainingMonitor:
         self._samples_since: Optional[int] = None
         self._reads: list = []
         self._sinks: list = []
+        self._jsonl: Optional[metrics.JsonlSink] = None
         self._entered_at = time.time()
 
     def _close(self, skipped: bool) -> None:
         self._commit_pending()  # a step closed earlier is never overwritten
         loss = self._micro
         if loss is not None and self.accumulate == "mean" and self._micro_n > 1:
-            loss = loss / self._micro_n
+            with capture.internal():
+                loss = loss / self._micro_n
         samples = self.samples_per_step if self.samples_per_step is not None else self._samples_since
         self._closed = {"loss": loss, "samples": samples, "skipped": skipped,
                         "at": time.perf_counter(), "wall": time.time()}
         self._micro, self._micro_n = None, 0
         if self._samples_since is not None:
             self._samples_since = 0
+        step = self.clock.next_step
+        for cb in self._callbacks:
+            cb.on_step_end(self, step)
+        for cb in self._callbacks:
+            cb.on_step_begin(self, step + 1)
 
     def _commit_pending(self) -> None:
         closed, self._closed = self._closed, None
@@ -278,14 +318,17 @@ class TrainingMonitor:
 
     def _log_window(self) -> None:
         entries, seconds, samples = self.clock.close_window()
-        read = metrics.read_back(entries, lag=True)
+        with capture.internal():
+            read = metrics.read_back(entries, lag=True)
         self._reads.append((read, seconds, samples, self.epoch))
         self._drain(force=False)
 
     def _drain(self, force: bool) -> None:
         while self._reads and self._reads[0][0].ready(force):
             read, seconds, samples, epoch = self._reads.pop(0)
-            window = metrics.make_window(read.entries, seconds, samples, read.values())
+            with capture.internal():
+                values = read.values()
+            window = metrics.make_window(read.entries, seconds, samples, values)
             self.totals.add(window)
             if self._sinks:
                 record = metrics.window_record(
@@ -315,6 +358,7 @@ class TrainingMonitor:
         jsonl = metrics.JsonlSink(os.path.join(self.log_dir, "metrics.jsonl"), append=resume)
         stack.callback(jsonl.close)
         self._sinks = [text, jsonl]
+        self._jsonl = jsonl
         if not self.quiet:
             _echo_to_console(stack)
 
@@ -328,9 +372,36 @@ class TrainingMonitor:
             device=self.device.as_dict() if self.device else None,
             wall_seconds=time.time() - self._entered_at,
             interrupted_by=exc_type.__name__ if exc_type is not None else None,
-            tuning=None,
         )
+        for cb in self._callbacks:
+            extra = cb.summary()
+            if extra is not None:
+                payload[cb.name] = extra
         metrics.write_json_atomic(os.path.join(self.log_dir, "summary.json"), payload)
+
+    def _build_features(self) -> list:
+        """The callbacks of the feature options, each built by its own module (imported only when used)."""
+        built = []
+        for option, value in self.features.items():
+            if value is not None and option not in _FEATURES:
+                raise ConfigError(f"option {option!r} is not available in this version of ascend_tune")
+        for option, (module_name, factory) in _FEATURES.items():
+            module = importlib.import_module(module_name)
+            cb = getattr(module, factory)(self.features[option], self)
+            if cb is not None:
+                built.append(cb)
+        return built
+
+    def record_event(self, kind: str, **fields: Any) -> None:
+        """Add an event line (``{"event": kind, ...}``) to metrics.jsonl, e.g. which steps were traced and where."""
+        record = {"event": kind, "time": time.time(), "rank": self.rank, **fields}
+        if self._jsonl is not None:
+            self._jsonl.write_record(record)
+
+    def warn(self, message: str) -> None:
+        """Warn through the ``ascend_tune`` logger and record the warning in metrics.jsonl."""
+        logger.warning("ascend_tune: %s", message)
+        self.record_event("warning", message=message)
 
     def _require_active(self, what: str) -> None:
         if self._stack is None:
@@ -360,8 +431,13 @@ class _MarkedLoader:
 
 _OPTIONS = (
     "model", "optimizer", "train_loader", "log_dir", "log_every", "warmup_steps", "start_step",
-    "samples_per_step", "scaler", "accumulate", "rank", "quiet",
+    "samples_per_step", "scaler", "accumulate", "rank", "quiet", "profile", "precision", "seed", "tune", "shapes",
+    "callbacks",
 )
+
+# feature option -> (module, factory); factory(value, monitor) returns a Callback or None (the feature is off).
+# Each factory reads its own environment switch (ASCEND_TUNE_PROFILE, ...) when the option is not given.
+_FEATURES: dict = {}
 
 
 def _check_options(unknown: dict) -> None:
