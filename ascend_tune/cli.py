@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from typing import NoReturn, Optional
 
 from .errors import AscendTuneError
+
+# Modules that add subcommands: each has add_commands(subparsers) and imports nothing heavy at module level.
+_COMMAND_MODULES: tuple = (
+    # trace:
+    # verdicts:
+    # precision:
+    # tuning:
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -37,6 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     dev = sub.add_parser("device", help="print the detected device and why better ones were not used")
     dev.set_defaults(run=_cmd_device)
+
+    for module_name in _COMMAND_MODULES:
+        importlib.import_module(module_name).add_commands(sub)
     return parser
 
 

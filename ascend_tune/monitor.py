@@ -437,7 +437,13 @@ _OPTIONS = (
 
 # feature option -> (module, factory); factory(value, monitor) returns a Callback or None (the feature is off).
 # Each factory reads its own environment switch (ASCEND_TUNE_PROFILE, ...) when the option is not given.
-_FEATURES: dict = {}
+_FEATURES: dict = {
+    # profile:
+    # precision:
+    # seed:
+    # tune:
+    # shapes:
+}
 
 
 def _check_options(unknown: dict) -> None:
