@@ -215,6 +215,17 @@ def _rate_stats(rates: list, windows: list, unit: str) -> Optional[dict]:
     }
 
 
+def across_ranks(per_rank: list) -> dict:
+    """Min / median / max of the ranks' median steps/sec, and which rank is slowest (a straggler hint)."""
+    known = [r for r in per_rank if r.get("median_steps_per_sec") is not None]
+    rates = np.array([r["median_steps_per_sec"] for r in known], dtype=float)
+    out: dict = {"per_rank": per_rank, "steps_per_sec": None, "slowest_rank": None}
+    if rates.size:
+        out["steps_per_sec"] = {"min": float(rates.min()), "median": float(np.median(rates)), "max": float(rates.max())}
+        out["slowest_rank"] = known[int(rates.argmin())]["rank"]
+    return out
+
+
 # --- sinks: where the numbers go -------------------------------------------------------------------------------
 
 

@@ -137,7 +137,7 @@ class TrainingMonitor:
         stack = contextlib.ExitStack()
         try:
             self._reset_state()
-            if self.rank == 0:
+            if self.rank == 0 or self.world_size > 1:
                 self._open_outputs(stack)
             capture.patch_backward(stack, self._on_backward)
             capture.patch_grad_scaler(stack, self._on_scale, self._on_scaler_step, extra=self.scaler)
@@ -174,8 +174,11 @@ class TrainingMonitor:
             self._drain(force=True)
             for cb in self._callbacks:
                 cb.on_exit(self, exc_type)
+            # the only collective the monitor makes, once, at exit; skipped when the block raised, since the
+            # other ranks may never reach it
+            across = self._gather_ranks() if exc_type is None else None
             if self.rank == 0:
-                self._write_summary(exc_type)
+                self._write_summary(exc_type, across)
         finally:
             stack.close()
         return False  # never swallow the loop's exception
@@ -286,7 +289,7 @@ class TrainingMonitor:
         self._samples_since: Optional[int] = None
         self._reads: list = []
         self._sinks: list = []
-        self._jsonl: Optional[metrics.JsonlSink] = None
+        self._jsonl_sinks: list = []
         self._entered_at = time.time()
 
     def _close(self, skipped: bool) -> None:
@@ -345,24 +348,49 @@ class TrainingMonitor:
     # --- outputs ---------------------------------------------------------------------------------------------------
 
     def _open_outputs(self, stack: contextlib.ExitStack) -> None:
+        """Rank 0: log.txt, metrics.jsonl (and summary.json at exit); with several ranks, every rank also keeps
+        ``rank{R}/metrics.jsonl``."""
+        resume = self.start_step > 0
+        paths = []
         try:
             os.makedirs(self.log_dir, exist_ok=True)
-            resume = self.start_step > 0
-            _set_aside(self.log_dir, ("summary.json",) if resume else OUTPUT_FILES)
-            text = metrics.TextLogSink(os.path.join(self.log_dir, "log.txt"), append=resume, echo=not self.quiet)
+            if self.rank == 0:
+                _set_aside(self.log_dir, ("summary.json",) if resume else OUTPUT_FILES)
+                text = metrics.TextLogSink(os.path.join(self.log_dir, "log.txt"), append=resume, echo=not self.quiet)
+                stack.callback(text.close)
+                self._sinks.append(text)
+                paths.append(os.path.join(self.log_dir, "metrics.jsonl"))
+            if self.world_size > 1:
+                rank_dir = os.path.join(self.log_dir, f"rank{self.rank}")
+                os.makedirs(rank_dir, exist_ok=True)
+                if not resume:
+                    _set_aside(rank_dir, ("metrics.jsonl",))
+                paths.append(os.path.join(rank_dir, "metrics.jsonl"))
+            for path in paths:
+                jsonl = metrics.JsonlSink(path, append=resume)
+                stack.callback(jsonl.close)
+                self._sinks.append(jsonl)
+                self._jsonl_sinks.append(jsonl)
         except OSError as exc:
             raise OutputError(
                 f"cannot write to log_dir {self.log_dir!r} ({exc.strerror or exc}); pass a writable folder"
             ) from None
-        stack.callback(text.close)
-        jsonl = metrics.JsonlSink(os.path.join(self.log_dir, "metrics.jsonl"), append=resume)
-        stack.callback(jsonl.close)
-        self._sinks = [text, jsonl]
-        self._jsonl = jsonl
-        if not self.quiet:
+        if self.rank == 0 and not self.quiet:
             _echo_to_console(stack)
 
-    def _write_summary(self, exc_type: Any) -> None:
+    def _gather_ranks(self) -> Optional[dict]:
+        dist = torch.distributed
+        if self.world_size <= 1 or not (dist.is_available() and dist.is_initialized()):
+            return None
+        mine = self.totals.summary()
+        rate = mine["steps_per_sec"] or {}
+        entry = {"rank": self.rank, "steps": mine["steps"], "median_steps_per_sec": rate.get("median"),
+                 "overall_steps_per_sec": rate.get("overall")}
+        gathered: list = [None] * dist.get_world_size()
+        dist.all_gather_object(gathered, entry)
+        return metrics.across_ranks(gathered)
+
+    def _write_summary(self, exc_type: Any, across: Optional[dict]) -> None:
         payload = self.totals.summary()
         payload.update(
             log_every=self.log_every,
@@ -372,6 +400,7 @@ class TrainingMonitor:
             device=self.device.as_dict() if self.device else None,
             wall_seconds=time.time() - self._entered_at,
             interrupted_by=exc_type.__name__ if exc_type is not None else None,
+            ranks=across,
         )
         for cb in self._callbacks:
             extra = cb.summary()
@@ -395,8 +424,8 @@ class TrainingMonitor:
     def record_event(self, kind: str, **fields: Any) -> None:
         """Add an event line (``{"event": kind, ...}``) to metrics.jsonl, e.g. which steps were traced and where."""
         record = {"event": kind, "time": time.time(), "rank": self.rank, **fields}
-        if self._jsonl is not None:
-            self._jsonl.write_record(record)
+        for sink in self._jsonl_sinks:
+            sink.write_record(record)
 
     def warn(self, message: str) -> None:
         """Warn through the ``ascend_tune`` logger and record the warning in metrics.jsonl."""

@@ -230,7 +230,7 @@ def test_grad_scaler_loss_is_unscaled_and_skipped_steps_are_not_merged(setup, tm
         for i, (x, y) in enumerate(loader):
             optimizer.zero_grad()
             loss = F.cross_entropy(model(x), y)
-            seen.append(float(loss))
+            seen.append(float(loss.detach()))
             poison = torch.tensor(float("inf")) if i == 2 else torch.tensor(1.0)
             # step 2 gets inf gradients (its loss stays finite): GradScaler skips optimizer.step()
             scaler.scale(loss + 0 * (model.fc2.bias.sum() * poison)).backward()

@@ -1,0 +1,41 @@
+"""Two ranks under torchrun (gloo, CPU): one text log, per-rank metrics, cross-rank figures from one collective."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from conftest import read_jsonl, read_log
+
+SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "ddp_train.py")
+
+
+def test_torchrun_two_ranks(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env["OMP_NUM_THREADS"] = "1"
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", SCRIPT, str(tmp_path)],
+        capture_output=True, text=True, timeout=240, env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # one text log, written by rank 0 only: 2 epochs x 8 batches of this rank's half of the data
+    assert len(read_log(tmp_path)) == 16
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("rank")) == ["rank0", "rank1"]
+    for rank in (0, 1):
+        records = read_jsonl(tmp_path / f"rank{rank}" / "metrics.jsonl")
+        assert [r["step"] for r in records] == list(range(16)) and {r["rank"] for r in records} == {rank}
+        assert {r["world_size"] for r in records} == {2}
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    ranks = summary["ranks"]
+    assert [r["rank"] for r in ranks["per_rank"]] == [0, 1]
+    rates = ranks["steps_per_sec"]
+    assert rates["min"] <= rates["median"] <= rates["max"]
+    assert rates["min"] == min(r["median_steps_per_sec"] for r in ranks["per_rank"])
+    assert ranks["slowest_rank"] in (0, 1)
+    for rank in (0, 1):
+        seen = json.loads((tmp_path / f"calls_rank{rank}.json").read_text())
+        # no collective inside the step loop; one gather at exit
+        assert seen["calls"] == [{"collective": "all_gather_object", "in_loop": False}]
+        assert seen["epoch"] == 1  # the wrapped loader advanced DistributedSampler's epoch
