@@ -17,14 +17,23 @@ import torch
 _local = threading.local()
 
 
-@contextlib.contextmanager
-def internal() -> Iterator[None]:
-    """Mark tensor work done by ascend_tune itself (loss accumulation, statistics) so no capture records it."""
-    _local.internal = getattr(_local, "internal", 0) + 1
-    try:
-        yield
-    finally:
+class _Internal:
+    # a plain class, not @contextmanager: it runs on every backward, where a generator costs microseconds
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        _local.internal = getattr(_local, "internal", 0) + 1
+
+    def __exit__(self, *exc: Any) -> None:
         _local.internal -= 1
+
+
+_INTERNAL = _Internal()
+
+
+def internal() -> _Internal:
+    """Mark tensor work done by ascend_tune itself (loss accumulation, statistics) so no capture records it."""
+    return _INTERNAL
 
 
 def in_internal() -> bool:
