@@ -9,12 +9,16 @@ from typing import Any
 from ._version import __version__
 from .errors import AscendTuneError
 
-__all__ = ["AscendTuneError", "DeviceInfo", "TrainingMonitor", "__version__", "detect_device"]
+__all__ = [
+    "AscendTuneError", "DeviceInfo", "PrecisionConfig", "TrainingMonitor", "__version__", "detect_device", "seed_all",
+]
 
 _LAZY = {
     "TrainingMonitor": "ascend_tune.monitor",
     "DeviceInfo": "ascend_tune.device",
     "detect_device": "ascend_tune.device",
+    "PrecisionConfig": "ascend_tune.precision.config",
+    "seed_all": "ascend_tune.precision.seed",
 }
 
 

@@ -41,8 +41,10 @@ def in_internal() -> bool:
     return getattr(_local, "internal", 0) > 0
 
 
-def patch_backward(stack: contextlib.ExitStack, on_loss: Callable[[torch.Tensor], None]) -> None:
-    """Report every scalar tensor back-propagated through ``torch.autograd.backward``.
+def patch_backward(
+    stack: contextlib.ExitStack, on_loss: Callable[[torch.Tensor], None], on_done: Callable[[], None]
+) -> None:
+    """Report every scalar tensor back-propagated through ``torch.autograd.backward``, and when its backward ends.
 
     ``Tensor.backward`` calls ``torch.autograd.backward`` through the module attribute, so this one patch sees both
     spellings. Only a scalar is a loss (pipeline stages back-propagate activations with a ``gradient``), and only
@@ -53,15 +55,17 @@ def patch_backward(stack: contextlib.ExitStack, on_loss: Callable[[torch.Tensor]
     @functools.wraps(original)
     def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
         depth = getattr(_local, "depth", 0)
-        if depth == 0 and not in_internal():
-            loss = _scalar(tensors)
-            if loss is not None:
-                on_loss(loss)
+        loss = _scalar(tensors) if depth == 0 and not in_internal() else None
+        if loss is not None:
+            on_loss(loss)
         _local.depth = depth + 1
         try:
-            return original(tensors, *args, **kwargs)
+            result = original(tensors, *args, **kwargs)
         finally:
             _local.depth = depth
+        if loss is not None:
+            on_done()
+        return result
 
     torch.autograd.backward = backward
     stack.callback(setattr, torch.autograd, "backward", original)

@@ -11,10 +11,12 @@ from .errors import AscendTuneError
 
 # Modules that add subcommands: each has add_commands(subparsers) and imports nothing heavy at module level.
 _COMMAND_MODULES: tuple = (
-    # trace:
-    # verdicts:
+    "ascend_tune.analysis.trace_command",
+    "ascend_tune.analysis.verdict_cli",
     # precision:
     # tuning:
+    "ascend_tune.analysis.advisor_cli",
+    "ascend_tune.analysis.report_cli",
 )
 
 

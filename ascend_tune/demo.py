@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import torch
 from torch.utils.data import DataLoader
@@ -10,9 +11,22 @@ from torch.utils.data import DataLoader
 from .monitor import TrainingMonitor
 from .testing.models import MobileNetV1, synthetic_images
 
+# Two traced steps after the first few, so the demo shows a trace and still runs in seconds.
+DEMO_PROFILE = {"skip_first": 5, "wait": 1, "warmup": 1, "active": 2, "repeat": 1}
 
-def run_demo(out: str = "exp/demo", steps: int = 100, batch_size: int = 32, seed: int = 0, quiet: bool = False) -> dict:
-    """Train for ``steps`` optimizer steps with the two lines added; returns the paths written, by name."""
+
+def run_demo(
+    out: str = "exp/demo",
+    steps: int = 100,
+    batch_size: int = 32,
+    seed: int = 0,
+    quiet: bool = False,
+    profile: Any = DEMO_PROFILE,
+) -> dict:
+    """Train for ``steps`` optimizer steps with the two lines added; returns the paths written, by name.
+
+    ``profile``: the monitor's ``profile=`` option (default: steps 7 and 8 traced; None / False: no trace).
+    """
     torch.manual_seed(seed)
     model = MobileNetV1(num_classes=10, width=0.25)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
@@ -22,7 +36,7 @@ def run_demo(out: str = "exp/demo", steps: int = 100, batch_size: int = 32, seed
     log_dir = os.path.join(out, "train")
 
     # The user's loop, unchanged; only the `with` line is added.
-    with TrainingMonitor(model, optimizer, loader, log_dir=log_dir, quiet=quiet):
+    with TrainingMonitor(model, optimizer, loader, log_dir=log_dir, quiet=quiet, profile=profile or False):
         step = 0
         while step < steps:
             for images, labels in loader:
@@ -34,5 +48,5 @@ def run_demo(out: str = "exp/demo", steps: int = 100, batch_size: int = 32, seed
                 if step >= steps:
                     break
 
-    names = ("log.txt", "metrics.jsonl", "summary.json")
+    names = ("log.txt", "metrics.jsonl", "summary.json", "profile")
     return {name: os.path.join(log_dir, name) for name in names if os.path.exists(os.path.join(log_dir, name))}

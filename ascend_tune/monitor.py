@@ -139,7 +139,7 @@ class TrainingMonitor:
             self._reset_state()
             if self.rank == 0 or self.world_size > 1:
                 self._open_outputs(stack)
-            capture.patch_backward(stack, self._on_backward)
+            capture.patch_backward(stack, self._on_backward, self._on_backward_done)
             capture.patch_grad_scaler(stack, self._on_scale, self._on_scaler_step, extra=self.scaler)
             if self.optimizer is not None:
                 capture.hook_optimizer(stack, self.optimizer, self._on_step_pre, self._on_step_post)
@@ -240,7 +240,10 @@ class TrainingMonitor:
             with capture.internal():
                 self._micro = self._micro + loss
         self._micro_n += 1
-        if self.optimizer is None and not self._explicit:
+
+    def _on_backward_done(self) -> None:
+        # with no optimizer a backward is a step; it ends once its gradients exist, so a dump of the step has them
+        if self.optimizer is None and not self._explicit and not self._in_step:
             self._close(skipped=False)
 
     def _on_step_pre(self) -> None:
@@ -467,10 +470,10 @@ _OPTIONS = (
 # feature option -> (module, factory); factory(value, monitor) returns a Callback or None (the feature is off).
 # Each factory reads its own environment switch (ASCEND_TUNE_PROFILE, ...) when the option is not given.
 _FEATURES: dict = {
-    # profile:
-    # precision:
-    # seed:
-    # tune:
+    "profile": ("ascend_tune.profiling", "build_callback"),
+    "precision": ("ascend_tune.precision.callback", "build_callback"),
+    "seed": ("ascend_tune.precision.seed", "build_callback"),
+    "tune": ("ascend_tune.tuning", "build_callback"),
     # shapes:
 }
 

@@ -12,6 +12,8 @@ from torch.utils.data import DataLoader
 
 from ascend_tune.testing.models import TinyMLP, synthetic_classification
 
+pytest_plugins = ("pytester",)
+
 SEED_LINE = re.compile(r"\(step=(\d+)\) Train Loss: ([\d\.]+), Train Steps/Sec: ([\d\.]+)")
 
 

@@ -1,7 +1,9 @@
 """Fake of the ``torch_npu._C`` extension: the simulated host (device count, chip, CANN) and the runtime's state.
 
 Everything that the real extension keeps in C++ lives here, so the Python modules above it stay as thin as the
-real ones. Tests may read ``_options`` (what ``set_option`` and friends set) and ``_synchronize_calls``.
+real ones. Tests may read ``_options`` (what ``set_option`` and friends set), ``_synchronize_calls`` and ``_calls``:
+the runtime calls in the order they were made (``("init",)``, ``("setDevice", 0)``, ``("synchronize",)``,
+``("setOption", {...})``), so a test can tell whether an option was set before the runtime did any work.
 """
 
 from __future__ import annotations
@@ -20,11 +22,18 @@ _cann_version = "8.3.RC1"
 _current_device = -1
 _synchronize_calls = 0
 _options: dict[str, str] = {}
+_calls: list[tuple] = []
+
+
+def _npu_init() -> None:
+    """Initialise the runtime (the real binding calls aclInit and opens the device); called once by ``_lazy_init``."""
+    _calls.append(("init",))
 
 
 def _npu_setDevice(device: int) -> None:  # noqa: N802  (the real binding's name)
     """Select ``device``; the caller has checked it against the visible count."""
     global _current_device
+    _calls.append(("setDevice", device))
     _current_device = device
 
 
@@ -39,11 +48,13 @@ def _npu_getDevice() -> int:  # noqa: N802
 def _npu_synchronize() -> None:
     """Wait for queued device work: CPU work is already done, so only count the call."""
     global _synchronize_calls
+    _calls.append(("synchronize",))
     _synchronize_calls += 1
 
 
 def _npu_setOption(option: dict) -> None:  # noqa: N802
     """Record runtime options as strings, as the real binding receives them."""
+    _calls.append(("setOption", {str(k): str(v) for k, v in option.items()}))
     for key, value in option.items():
         _options[str(key)] = str(value)
 

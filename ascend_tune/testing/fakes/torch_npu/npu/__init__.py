@@ -73,6 +73,7 @@ def _lazy_init() -> None:
     if device_count() == 0:
         # The real runtime fails the same way when ASCEND_RT_VISIBLE_DEVICES hides every device or none exist.
         raise RuntimeError("Initialize: NPU runtime initialization failed: no visible NPU device, error code is 107001")
+    _C._npu_init()
     _initialized = True
 
 

@@ -9,6 +9,9 @@ Behaviour kept from the real package, since code written against it depends on i
   ``profile`` without ``on_trace_ready``;
 - each recorded cycle gets ``{dir_name}/{worker or hostname}_{pid}_{ms timestamp}_ascend_pt/`` holding
   ``profiler_info.json`` and, once the handler has run, ``ASCEND_PROFILER_OUTPUT/trace_view.json``.
+
+Fake only: ``constructed_profiles`` lists the keyword arguments of every ``profile(...)`` built since this module was
+imported, so a test can check what its caller asked for without a device.
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ from .scheduler import ProfilerAction, _default_schedule_fn
 __all__ = ["supported_activities", "tensorboard_trace_handler", "profile"]
 
 _A = ProfilerAction
+
+# Fake only (the real module has no such list): one dict per profile(...) call, oldest first, every parameter by name.
+constructed_profiles: list[dict[str, Any]] = []
 
 
 @no_exception_func()
@@ -76,6 +82,22 @@ class profile:  # noqa: N801  (the real class name)
         custom_trace_id_callback: Optional[Callable[[], str]] = None,
         use_cuda: Optional[bool] = None,
     ):
+        constructed_profiles.append(
+            {
+                "activities": activities,
+                "schedule": schedule,
+                "on_trace_ready": on_trace_ready,
+                "record_shapes": record_shapes,
+                "profile_memory": profile_memory,
+                "with_stack": with_stack,
+                "with_flops": with_flops,
+                "with_modules": with_modules,
+                "experimental_config": experimental_config,
+                "execution_trace_observer": execution_trace_observer,
+                "custom_trace_id_callback": custom_trace_id_callback,
+                "use_cuda": use_cuda,
+            }
+        )
         if schedule is not None and callable(schedule):
             self.schedule = schedule
             self.record_steps = True

@@ -1,0 +1,1 @@
+"""Pure functions over logs, dumps and traces; plots; the trace advisor."""

@@ -1,0 +1,44 @@
+"""``ascend-tune advise TRACE_OR_DIR [-o OUT_DIR] [--json]``: the trace advisor on the command line.
+
+Exit 0 when no finding is a warning or worse, 1 when one is, 2 on bad input. Imports nothing heavy at module level.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+
+def add_commands(subparsers) -> None:
+    """Add ``advise`` to the ``ascend-tune`` subcommands."""
+    parser = subparsers.add_parser(
+        "advise",
+        help="findings (fused optimizer, dataloader, dynamic shapes, host syncs...) from profiler traces",
+        description="Read torch.profiler traces (*.pt.trace.json[.gz]) or torch_npu trace_view.json, print advice "
+        "as markdown and write advice.html. Exit 0: no warnings, 1: findings, 2: bad input.",
+    )
+    parser.add_argument("trace", metavar="TRACE_OR_DIR", help="a trace file, or a folder searched for traces")
+    parser.add_argument(
+        "-o", "--out", dest="out_dir", default=None,
+        help="folder for advice.html and msprof-analyze's files (default: the traces' folder)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the report as JSON instead of markdown")
+    parser.set_defaults(run=_cmd_advise)
+
+
+def _cmd_advise(args: argparse.Namespace) -> int:
+    from .advisor import advise_traces
+    from .advisor_report import render_markdown
+
+    out_dir = args.out_dir
+    if out_dir is None:
+        out_dir = args.trace if os.path.isdir(args.trace) else os.path.dirname(os.path.abspath(args.trace))
+    if not os.path.exists(args.trace):
+        out_dir = None  # advise_traces reports the missing input; do not create folders for it
+    report = advise_traces(args.trace, out_dir=out_dir)
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        print(render_markdown(report), end="")
+    return report.exit_code

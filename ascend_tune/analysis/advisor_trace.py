@@ -1,0 +1,293 @@
+"""The advisor's trace reader: torch.profiler Chrome traces and torch_npu ``trace_view.json``, cut into steps.
+
+Both formats are Chrome trace events. torch.profiler writes ``{"traceEvents": [...]}`` with numeric ``ts``; torch_npu
+writes a bare list, ``ts`` often as a string of microseconds, framework events with cat ``cpu_op``, CANN calls
+(``AscendCL@...``) in a process named ``CANN`` and device tasks in ``Ascend Hardware``. Host events (ops, annotations,
+Python frames, runtime calls) are nested per thread into one tree, so a rule can walk from an op up to the Python line
+that called it. Standard library only: ``ascend-tune advise`` never imports torch.
+"""
+
+from __future__ import annotations
+
+import bisect
+import gzip
+import json
+import math
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Optional, Union
+
+from ..errors import InputError
+
+TRACE_PATTERNS = ("*.pt.trace.json", "*.pt.trace.json.gz", "trace_view.json")
+
+_STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
+# An op is a dispatcher call ("aten::add", "npu::npu_rms_norm", "c10d::allreduce_"); "autograd::engine::..." is a
+# wrapper around backward ops and "profiler::" marks the profiler's own work.
+_OP_NAME = re.compile(r"^(?!autograd::|profiler::)[A-Za-z_]\w*::")
+_HOST_CATS = frozenset({"cpu_op", "user_annotation", "operator", "Operator"})
+_RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver", "xpu_runtime", "privateuse1_runtime"})
+_DEVICE_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+_RUNTIME_PREFIXES = ("AscendCL@", "Node@", "HostToDevice", "aclnn")
+# Rounding slack when deciding that one event encloses another: kineto writes ns as 3 decimals of µs; torch_npu's
+# absolute µs timestamps (~1.7e15) keep only a quarter µs once read as floats, so the slack grows with them.
+_MIN_EPS_US = 0.002
+
+Role = str  # "host" | "python" | "runtime" | "device"
+
+
+class Event(NamedTuple):
+    """One complete ("X") trace event, times in microseconds."""
+
+    name: str
+    cat: str
+    role: Role
+    ts: float
+    dur: float
+    pid: Any
+    tid: Any
+    args: dict
+
+    @property
+    def end(self) -> float:
+        return self.ts + self.dur
+
+    @property
+    def is_op(self) -> bool:
+        return self.role == "host" and bool(_OP_NAME.match(self.name))
+
+
+@dataclass(frozen=True)
+class Step:
+    """One ``ProfilerStep#N`` window (``number`` is None when the trace has no step markers)."""
+
+    number: Optional[int]
+    ts: float
+    dur: float
+    tid: Any
+
+    @property
+    def end(self) -> float:
+        return self.ts + self.dur
+
+
+@dataclass(frozen=True)
+class Trace:
+    """A parsed trace: events sorted by start, their enclosing event, and the profiled steps."""
+
+    path: str
+    kind: str  # "torch.profiler" | "torch_npu"
+    device: str  # "cpu" | "gpu" | "npu"
+    events: tuple  # of Event, sorted by (ts, -dur)
+    parents: tuple  # index of the innermost enclosing host/python/runtime event on the same thread, or -1
+    steps: tuple  # of Step
+    has_stack: bool
+    has_shapes: bool
+    has_device_timeline: bool  # CUDA kernels / Ascend Hardware tasks were traced
+    starts: tuple = field(default=(), repr=False, compare=False)  # events' ts, for bisecting a step window
+    eps_us: float = _MIN_EPS_US  # how far apart two timestamps may be and still be the same instant
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.path)
+
+    def in_step(self, step: Step) -> range:
+        """Indices of the events that start inside ``step`` (any thread, any role)."""
+        return range(bisect.bisect_left(self.starts, step.ts - self.eps_us), bisect.bisect_left(self.starts, step.end))
+
+    def ancestors(self, index: int):
+        """Indices of the events enclosing ``index``, innermost first."""
+        parent = self.parents[index]
+        while parent >= 0:
+            yield parent
+            parent = self.parents[parent]
+
+    def host_ancestors(self, index: int):
+        """The host events (ops and annotations, not Python frames) enclosing ``index``, innermost first."""
+        return (p for p in self.ancestors(index) if self.events[p].role == "host")
+
+    def op_parent(self, index: int) -> int:
+        """The innermost op enclosing ``index`` (annotations and Python frames are looked through), or -1."""
+        for parent in self.ancestors(index):
+            if self.events[parent].is_op:
+                return parent
+        return -1
+
+    def python_stack(self, index: int) -> tuple:
+        """Python frames around ``index``, innermost first: ``python_function`` events or torch_npu's "Call stack"."""
+        frames = [self.events[p].name for p in self.ancestors(index) if self.events[p].role == "python"]
+        if frames:
+            return tuple(frames)
+        for candidate in (index, *self.ancestors(index)):
+            stack = self.events[candidate].args.get("Call stack")
+            if isinstance(stack, str) and stack:
+                return tuple(frame.strip() for frame in stack.split(";") if frame.strip())
+        return ()
+
+
+def find_traces(paths_or_dir: Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]]) -> tuple:
+    """The trace files named by a file, a folder (searched recursively for ``TRACE_PATTERNS``) or a list of those."""
+    if isinstance(paths_or_dir, (str, os.PathLike)):
+        paths_or_dir = [paths_or_dir]
+    found: list = []
+    for entry in paths_or_dir:
+        path = os.fspath(entry)
+        if os.path.isfile(path):
+            found.append(path)
+        elif os.path.isdir(path):
+            matches = _search(path)
+            if not matches:
+                raise InputError(
+                    f"no {', '.join(TRACE_PATTERNS)} under {path}: point at a torch.profiler or torch_npu "
+                    "profiler output folder, or at one trace file"
+                )
+            found.extend(matches)
+        else:
+            raise InputError(f"{path} does not exist: give a trace file or a folder of traces")
+    if not found:
+        raise InputError("no trace given: name a trace file or a folder of traces")
+    return tuple(dict.fromkeys(found))
+
+
+def _search(folder: str) -> list:
+    import fnmatch
+
+    matches = []
+    for root, dirs, files in os.walk(folder):
+        dirs.sort()
+        for name in sorted(files):
+            if any(fnmatch.fnmatch(name, pattern) for pattern in TRACE_PATTERNS):
+                matches.append(os.path.join(root, name))
+    return matches
+
+
+def read_trace(path: Union[str, os.PathLike]) -> Trace:
+    """Parse one trace file (``.json`` or ``.json.gz``) into a :class:`Trace`; bad input raises ``InputError``."""
+    path = os.fspath(path)
+    raw = _load_json(path)
+    if isinstance(raw, dict) and isinstance(raw.get("traceEvents"), list):
+        records, kind, header = raw["traceEvents"], "torch.profiler", raw
+    elif isinstance(raw, list):
+        records, kind, header = raw, "torch_npu", {}
+    else:
+        raise InputError(
+            f"{path} is JSON but not a Chrome trace (no 'traceEvents' list): give a torch.profiler "
+            "*.pt.trace.json or a torch_npu trace_view.json"
+        )
+
+    process_names = {}
+    for record in records:
+        if isinstance(record, dict) and record.get("ph") == "M" and record.get("name") == "process_name":
+            process_names[record.get("pid")] = str((record.get("args") or {}).get("name", ""))
+
+    events = []
+    string_ts = False
+    for record in records:
+        if not isinstance(record, dict) or record.get("ph") != "X":
+            continue
+        try:
+            ts, dur = float(record["ts"]), float(record.get("dur", 0.0) or 0.0)
+        except (KeyError, TypeError, ValueError):
+            continue
+        string_ts = string_ts or isinstance(record["ts"], str)
+        cat = str(record.get("cat") or "")
+        name = str(record.get("name", ""))
+        args = record.get("args") if isinstance(record.get("args"), dict) else {}
+        role = _role(name, cat, args, process_names.get(record.get("pid"), ""))
+        if role:
+            events.append(Event(name, cat, role, ts, max(dur, 0.0), record.get("pid"), record.get("tid"), args))
+    if not events:
+        raise InputError(
+            f"{path} has no complete ('ph': 'X') events: it is not a profiler trace, or the profiler stopped "
+            "before the first step; profile at least one full step"
+        )
+    if string_ts or any(name in ("CANN", "Ascend Hardware") for name in process_names.values()):
+        kind = "torch_npu"
+
+    events.sort(key=lambda e: (e.ts, -e.dur))
+    eps_us = max(_MIN_EPS_US, 4 * math.ulp(max(abs(events[0].ts), abs(events[-1].end))))
+    parents = _nest(events, eps_us)
+    steps = _steps(events)
+    if kind == "torch_npu":
+        device = "npu"
+    elif header.get("deviceProperties") or any(e.role == "device" for e in events):
+        device = "gpu"
+    else:
+        device = "cpu"
+    return Trace(
+        path=path,
+        kind=kind,
+        device=device,
+        events=tuple(events),
+        parents=tuple(parents),
+        steps=steps,
+        has_stack=bool(header.get("with_stack")) or any(e.role == "python" or "Call stack" in e.args for e in events),
+        has_shapes=bool(header.get("record_shapes")) or any("Input Dims" in e.args for e in events if e.role == "host"),
+        has_device_timeline=any(e.role == "device" for e in events),
+        starts=tuple(e.ts for e in events),
+        eps_us=eps_us,
+    )
+
+
+def _load_json(path: str) -> Any:
+    try:
+        if path.endswith(".gz"):
+            with gzip.open(path, "rt", encoding="utf-8") as fh:
+                text = fh.read()
+        else:
+            with open(path, encoding="utf-8") as fh:
+                text = fh.read()
+    except (OSError, EOFError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read {path} ({exc}): give an uncorrupted trace file") from None
+    if not text.strip():
+        raise InputError(f"{path} is empty: the profiler did not finish writing it; profile again")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(
+            f"{path} is not valid JSON ({exc.msg} at line {exc.lineno}): it is probably truncated; "
+            "let the profiler finish (leave its `with` block) and use the new file"
+        ) from None
+
+
+def _role(name: str, cat: str, args: dict, process: str) -> Optional[Role]:
+    if cat == "python_function":
+        return "python"
+    if cat in _DEVICE_CATS or process == "Ascend Hardware" or "Task Type" in args:
+        return "device"
+    if cat in _RUNTIME_CATS or process == "CANN" or name.startswith(_RUNTIME_PREFIXES):
+        return "runtime"
+    if cat in _HOST_CATS or (not cat and process == "Python"):
+        return "host"
+    return None
+
+
+def _nest(events: list, eps_us: float) -> list:
+    """Innermost enclosing host/python/runtime event on the same thread, by a stack walk over the sorted events."""
+    parents = [-1] * len(events)
+    stacks: dict = {}
+    for index, event in enumerate(events):
+        if event.role == "device":
+            continue
+        stack = stacks.setdefault(event.tid, [])
+        while stack and events[stack[-1]].end + eps_us < event.end:
+            stack.pop()
+        if stack:
+            parents[index] = stack[-1]
+        stack.append(index)
+    return parents
+
+
+def _steps(events: list) -> tuple:
+    steps = {}
+    for event in events:
+        match = _STEP_NAME.match(event.name) if event.role == "host" else None
+        if match and int(match.group(1)) not in steps:
+            steps[int(match.group(1))] = Step(int(match.group(1)), event.ts, event.dur, event.tid)
+    if steps:
+        return tuple(steps[number] for number in sorted(steps))
+    host = [e for e in events if e.role == "host"] or events
+    start, end = min(e.ts for e in host), max(e.end for e in host)
+    return (Step(None, start, end - start, host[0].tid),)

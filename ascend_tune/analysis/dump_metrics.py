@@ -1,0 +1,126 @@
+"""Per-tensor metrics of a dump comparison, and the tolerance by dtype that decides whether two tensors agree.
+
+Statistics mode (vectorised over all compared rows at once), with T the target's and B the base's statistic:
+``diff = T - B`` and ``relative error = |T - B| / |B|`` for Max, Min, Mean and Norm (msprobe's columns; inf when
+B = 0 and T differs).
+
+Tensor mode (from the saved tensors): Cosine, EucDist = ||T - B||, MaxAbsErr, MaxRelativeErr (|T-B|/|B|, with
+float epsilon added where B = 0), and the shares of elements whose relative error is below 0.001 and 0.005
+(msprobe's definitions; inf/NaN at the same positions are zeroed first, at different positions the metrics are NaN).
+
+Agreement (ours, for the first divergence): a row's *error* is the largest difference of its statistics measured
+against the tensor's magnitude, ``|T_s - B_s| / max(|max|, |min|)`` for max/min/mean and ``|T_n - B_n| / max(|T_n|,
+|B_n|)`` for the norm (with saved tensors: ``max|T - B| / max(|T|, |B|)``). A relative error per statistic would
+call a mean of 1e-9 against 2e-9 a 100% error; measured against the magnitude it is noise. Two tensors agree when
+dtype and shape match and the error is within the tolerance of their dtype: float64 1e-10, float32 1e-5 (runs that
+agree differ by ~1e-6), float16 2e-3, bfloat16 2e-2 (one rounding is up to 0.4%), integers and bools exactly.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import numpy as np
+
+from .dumps import Leaf
+
+TOLERANCE = {
+    "float64": 1e-10, "double": 1e-10,
+    "float32": 1e-5, "float": 1e-5,
+    "float16": 2e-3, "half": 2e-3,
+    "bfloat16": 2e-2,
+}
+_LOW_PRECISION = 1e-1  # float8 and other narrow float types
+TENSOR_COLUMNS = ("Cosine", "EucDist", "MaxAbsErr", "MaxRelativeErr", "One Thousandth Err Ratio",
+                  "Five Thousandths Err Ratio")
+
+
+def tolerance(dtype_a: str, dtype_b: str, override: Optional[float] = None) -> float:
+    """The agreement tolerance of a pair of dtypes: the coarser one's (``override`` for every float dtype)."""
+    return max(_tolerance(dtype_a, override), _tolerance(dtype_b, override))
+
+
+def _tolerance(dtype: str, override: Optional[float]) -> float:
+    name = str(dtype).rpartition(".")[2]
+    if name in TOLERANCE or name.startswith("float") or name.startswith("complex"):
+        if override is not None:
+            return override
+        return TOLERANCE.get(name, TOLERANCE["float32"] if name.startswith("complex") else _LOW_PRECISION)
+    return 0.0
+
+
+def statistics_diffs(target: np.ndarray, base: np.ndarray) -> tuple:
+    """(diff, relative error) arrays (rows x 4) of two statistics arrays; equal values give 0, NaN against a
+    number gives NaN, and a relative error against a zero base is inf."""
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        same = (target == base) | (np.isnan(target) & np.isnan(base))
+        diff = np.where(same, 0.0, target - base)
+        rel = np.where(same, 0.0, np.abs(diff) / np.abs(base))
+        rel = np.where(~same & (base == 0) & ~np.isnan(target), np.inf, rel)
+    return diff, rel
+
+
+def statistics_error(target: np.ndarray, base: np.ndarray) -> np.ndarray:
+    """Each row's agreement error from its statistics (see the module docstring); inf when only one side is
+    inf/NaN."""
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        same = (target == base) | (np.isnan(target) & np.isnan(base))
+        finite = np.isfinite(target) & np.isfinite(base)
+        ends = np.abs(np.concatenate([target[:, :2], base[:, :2]], axis=1))
+        magnitude = np.where(np.isfinite(ends), ends, 0.0).max(axis=1) if ends.size else np.zeros(0)
+        norm_scale = np.fmax(np.abs(target[:, 3]), np.abs(base[:, 3]))
+        scale = np.column_stack([magnitude, magnitude, magnitude, norm_scale])
+        err = np.abs(target - base) / scale
+        err = np.where(same, 0.0, np.where(finite, err, np.inf))
+        err = np.where(np.isnan(err), np.inf, err)  # a difference against a zero scale
+    return err.max(axis=1) if err.size else np.zeros(0)
+
+
+def tensor_metrics(target: np.ndarray, base: np.ndarray) -> tuple:
+    """(the six msprobe metrics, agreement error, note) of two saved tensors."""
+    nan = (math.nan,) * 6
+    if target.shape != base.shape:
+        return nan, math.inf, "Shape of NPU and bench Tensor do not match."
+    if target.size == 0:
+        return nan, 0.0, "This is empty data, can not compare."
+    t = target.astype(np.float64, copy=False).reshape(-1)
+    b = base.astype(np.float64, copy=False).reshape(-1)
+    t_bad, b_bad = ~np.isfinite(t), ~np.isfinite(b)
+    if t_bad.any() or b_bad.any():
+        same_places = np.array_equal(np.isnan(t), np.isnan(b)) and np.array_equal(np.isinf(t), np.isinf(b))
+        if not same_places or not np.array_equal(t[np.isinf(t)], b[np.isinf(b)]):
+            return nan, math.inf, "The position of inf or nan in NPU and bench Tensor do not match."
+        t, b = np.where(t_bad, 0.0, t), np.where(b_bad, 0.0, b)
+    delta = t - b
+    max_abs = float(np.max(np.abs(delta)))
+    scale = max(float(np.max(np.abs(t))), float(np.max(np.abs(b))))
+    error = 0.0 if max_abs == 0 else (max_abs / scale if scale > 0 else math.inf)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        zero = b == 0
+        eps = np.finfo(np.float64).eps
+        rel = np.abs(np.where(zero, (t + eps) - (b + eps), delta) / np.where(zero, b + eps, b))
+        t_norm, b_norm = float(np.linalg.norm(t)), float(np.linalg.norm(b))
+        if t_norm <= eps and b_norm <= eps:
+            cosine = 1.0
+        elif t_norm <= eps or b_norm <= eps:
+            cosine = math.nan
+        else:
+            cosine = float(np.dot(t, b) / (t_norm * b_norm))
+    metrics = (cosine, float(np.linalg.norm(delta)), max_abs, float(np.max(rel)),
+               float(np.mean(rel < 0.001)), float(np.mean(rel < 0.005)))
+    return metrics, error, ""
+
+
+def leaf_error(target: Optional[Leaf], base: Optional[Leaf]) -> tuple:
+    """(error, reason) of a pair of non-tensor leaves, or of a tensor missing on one side; reason "" = agree."""
+    if target is None or base is None:
+        return math.inf, "only in TARGET" if base is None else "only in BASE"
+    if target.kind != base.kind:
+        return math.inf, f"a {base.kind} in BASE, a {target.kind} in TARGET"
+    if target.kind == "scalar":
+        same = math.isclose(float(target.value), float(base.value), rel_tol=1e-12, abs_tol=0.0)
+        return (0.0, "") if same else (math.inf, f"scalar argument {base.value!r} in BASE, {target.value!r} in TARGET")
+    if target.kind == "other" and target.value != base.value:
+        return math.inf, f"argument {base.value!r} in BASE, {target.value!r} in TARGET"
+    return 0.0, ""

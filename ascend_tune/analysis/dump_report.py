@@ -1,0 +1,143 @@
+"""A dump comparison as msprobe's compare CSV (same columns, same cell spellings) and as a JSON summary.
+
+msprobe's names stay: *NPU* columns describe TARGET, *Bench* columns BASE.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from typing import Any, Optional
+
+from .dump_compare import CompareRow, DumpComparison
+from .dumps import Leaf
+
+HEAD = ["NPU Name", "Bench Name", "NPU Dtype", "Bench Dtype", "NPU Tensor Shape", "Bench Tensor Shape",
+        "NPU Requires_grad", "Bench Requires_grad"]
+STATISTICS = ["Max diff", "Min diff", "Mean diff", "L2norm diff", "MaxRelativeErr", "MinRelativeErr",
+              "MeanRelativeErr", "NormRelativeErr"]
+TENSOR = ["Cosine", "EucDist", "MaxAbsErr", "MaxRelativeErr", "One Thousandth Err Ratio",
+          "Five Thousandths Err Ratio"]
+VALUES = ["NPU max", "NPU min", "NPU mean", "NPU l2norm", "Bench max", "Bench min", "Bench mean", "Bench l2norm"]
+TAIL = ["Requires_grad Consistent", "Result", "Err_message", "NPU_Stack_Info"]
+NO_BENCH = "No bench data matched."
+
+
+def columns(mode: str) -> list:
+    """The CSV header of a comparison mode, as msprobe writes it."""
+    if mode == "tensor":
+        return HEAD + TENSOR + VALUES + TAIL + ["Data_name"]
+    return HEAD + STATISTICS + VALUES + TAIL
+
+
+def compare_csv(result: DumpComparison) -> bytes:
+    """The comparison as msprobe's CSV, one row per compared argument, in TARGET's execution order."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(columns(result.mode))
+    previous = None
+    for row in result.rows:
+        pair = result.pairs[row.pair]
+        first_of_op = row.pair != previous
+        previous = row.pair
+        writer.writerow(_cells(result.mode, pair, row, first_of_op))
+    return out.getvalue().encode("utf-8")
+
+
+def summary_json(result: DumpComparison) -> bytes:
+    """Counts, the first divergence and the settings, as JSON."""
+    first = result.first
+    payload: dict = {
+        "base": result.base, "target": result.target, "mode": result.mode, "fuzzy": result.fuzzy,
+        "rtol": result.tolerance_override, "rows": len(result.rows),
+        "pass": result.count("pass"), "warning": result.count("warning"), "error": result.count("error"),
+        "ops_only_in_target": result.only_target, "ops_only_in_base": result.only_base,
+        "first_divergence": None if first is None else {
+            "op": first.op, "kind": first.kind, "reason": first.reason, "row": first.row,
+            "error": _json_number(first.error), "tolerance": _json_number(first.tolerance), "parent": first.parent,
+            "stack": list(first.stack), "next_op": first.next_op, "unrecorded": list(first.unrecorded),
+        },
+    }
+    return (json.dumps(payload, indent=2) + "\n").encode("utf-8")
+
+
+def _json_number(value: float) -> Optional[float]:
+    return value if math.isfinite(value) else None
+
+
+def _cells(mode: str, pair: Any, row: CompareRow, first_of_op: bool) -> list:
+    t, b = row.target, row.base
+    cells = [
+        f"{pair.name}.{row.slot}" if t else "N/A", f"{pair.name}.{row.slot}" if b else "N/A",
+        _dtype(t), _dtype(b), _shape(t), _shape(b), _grad(t), _grad(b),
+    ]
+    if mode == "tensor":
+        if row.tensor is None:
+            cells += ["unsupported" if t and b else "N/A"] * len(TENSOR)
+        else:
+            cells += [_number(v) for v in row.tensor]
+    elif row.diff is None:
+        same = t is not None and b is not None and t.value == b.value and t.kind == b.kind
+        cells += ["0" if same else "N/A"] * len(STATISTICS)
+    else:
+        cells += [_diff(v) for v in row.diff] + [_percent(v) for v in row.rel]  # type: ignore[union-attr]
+    cells += _values(t) + _values(b)
+    messages = list(row.messages) if b is not None else []
+    cells += [
+        str(_grad(t) == _grad(b)), row.result,
+        json.dumps(messages) if b is not None else NO_BENCH,
+        str(list(pair.target.stack if pair.target else pair.base.stack)) if first_of_op else "N/A",
+    ]
+    if mode == "tensor":
+        cells.append(str([_data_name(t), _data_name(b)]))
+    return cells
+
+
+def _dtype(leaf: Optional[Leaf]) -> str:
+    return "N/A" if leaf is None or leaf.kind == "none" else leaf.dtype
+
+
+def _shape(leaf: Optional[Leaf]) -> str:
+    if leaf is None or leaf.kind == "none" or leaf.shape is None:
+        return "N/A"
+    return str(list(leaf.shape))
+
+
+def _grad(leaf: Optional[Leaf]) -> str:
+    return "N/A" if leaf is None or leaf.requires_grad is None else str(leaf.requires_grad)
+
+
+def _values(leaf: Optional[Leaf]) -> list:
+    if leaf is None or leaf.kind == "none":
+        return ["N/A"] * 4
+    if leaf.kind in ("scalar", "other"):
+        return [str(leaf.value)] * 4
+    if not leaf.has_stats:
+        return ["N/A"] * 4
+    return [_number(v) for v in leaf.stats]
+
+
+def _number(value: float) -> str:
+    if math.isnan(value):
+        return "Nan"
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    return repr(float(value))
+
+
+def _diff(value: float) -> str:
+    return "0" if value == 0 else _number(value)
+
+
+def _percent(value: float) -> str:
+    if value == 0:
+        return "0"
+    if not math.isfinite(value):
+        return _number(value)
+    return f"{value * 100!r}%"
+
+
+def _data_name(leaf: Optional[Leaf]) -> str:
+    return leaf.data_name if leaf is not None and leaf.data_name else "-1"

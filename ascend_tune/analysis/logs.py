@@ -1,0 +1,234 @@
+"""Training logs as arrays: the seed's ``log.txt`` lines and ascend_tune's ``metrics.jsonl`` records.
+
+``log.txt`` lines are found by :mod:`.log_scan` with numpy over the whole buffer (no per-line Python loop), so a
+million-line log reads in a fraction of a second. The line may carry a timestamp or not, ANSI colour codes, and sit
+among other lines (warnings, tracebacks); only lines that start like one (``(step=N``) but do not parse are
+*malformed*, counted and reported, never fatal. ``metrics.jsonl`` keeps full precision (``%.4f`` in log.txt turns
+a loss of 0.00071 into 0.0007), so a run folder or a ``log.txt`` with ``metrics.jsonl`` beside it is read from the
+JSONL unless the seed's own input is asked for.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from ..errors import InputError
+from . import log_scan
+
+LOG_NAME = "log.txt"
+JSONL_NAME = "metrics.jsonl"
+
+_LOOKS_LIKE = re.compile(rb"\(step=\d")
+_FIRST_CHAR = re.compile(rb"\S")
+_MAP_FROM = 1 << 20  # files from 1 MiB are memory-mapped rather than copied
+_EXAMPLES = 3
+
+
+@dataclass(frozen=True, eq=False)
+class LossLog:
+    """One run's log as arrays, one entry per log line (``log.txt``) or record (``metrics.jsonl``).
+
+    ``steps`` is the step number of each line (the last step of its log window), ``losses`` the line's loss (the
+    window mean), ``steps_per_sec`` / ``samples_per_sec`` its rates (NaN where unknown). ``step_numbers`` /
+    ``step_losses`` hold one entry per optimizer step when the JSONL has ``step_losses`` (else None).
+    """
+
+    source: str
+    kind: str  # "text" or "jsonl"
+    steps: np.ndarray
+    losses: np.ndarray
+    steps_per_sec: np.ndarray
+    samples_per_sec: np.ndarray
+    step_numbers: Optional[np.ndarray]
+    step_losses: Optional[np.ndarray]
+    malformed: int
+    malformed_examples: tuple
+    events: int
+
+    @property
+    def lines(self) -> int:
+        return int(self.steps.size)
+
+    def notes(self) -> list:
+        """What a reader should know about this log: malformed lines, with the first few shown."""
+        if not self.malformed:
+            return []
+        shown = "; ".join(self.malformed_examples)
+        return [f"{self.source}: {self.malformed} malformed line(s) skipped ({shown})"]
+
+
+def read_log(path: str, prefer: str = "jsonl") -> LossLog:
+    """Read a run's log: a ``log.txt``, a ``metrics.jsonl`` or a run folder holding either.
+
+    Parameters:
+        path: the file or folder.
+        prefer: ``"jsonl"`` reads ``metrics.jsonl`` when it sits beside (or instead of) ``log.txt``; ``"text"``
+            reads ``log.txt`` when there is one (the seed script's input, rounded to 4 decimals).
+    """
+    return read_log_file(resolve_log(path, prefer))
+
+
+def resolve_log(path: str, prefer: str = "jsonl") -> str:
+    """The file :func:`read_log` reads for ``path`` (see there)."""
+    if prefer not in ("jsonl", "text"):
+        raise ValueError(f"prefer must be 'jsonl' or 'text', got {prefer!r}")
+    if not os.path.exists(path):
+        raise InputError(f"{path} does not exist; pass a log.txt, a metrics.jsonl or a run folder")
+    if os.path.isdir(path):
+        found = {n: os.path.join(path, n) for n in (LOG_NAME, JSONL_NAME) if os.path.isfile(os.path.join(path, n))}
+        if not found:
+            raise InputError(
+                f"{path} holds no {LOG_NAME} or {JSONL_NAME}; "
+                "pass a run folder (TrainingMonitor's log_dir) or a log file"
+            )
+        first, second = (JSONL_NAME, LOG_NAME) if prefer == "jsonl" else (LOG_NAME, JSONL_NAME)
+        return found.get(first) or found[second]
+    beside = os.path.join(os.path.dirname(path), JSONL_NAME)
+    if prefer == "jsonl" and os.path.basename(path) == LOG_NAME and os.path.isfile(beside):
+        return beside
+    return path
+
+
+def read_log_file(path: str) -> LossLog:
+    """Read one log file, telling ``metrics.jsonl`` (JSON objects) from seed-format text by its first line."""
+    raw = _read_bytes(path)
+    try:
+        if b"\x00" in raw[:8192]:
+            raise InputError(f"{path} is a binary file, not a training log; pass a log.txt or a metrics.jsonl")
+        first = _FIRST_CHAR.search(raw)
+        if first is None:
+            raise InputError(f"{path} is empty; pass the log of a run that logged at least one step")
+        if first.group() == b"{":
+            return _parse_jsonl(path, bytes(raw).decode("utf-8", errors="replace"))
+        return _parse_text(path, raw)
+    finally:
+        if isinstance(raw, mmap.mmap):
+            raw.close()
+
+
+def _read_bytes(path: str) -> object:
+    """The file's bytes: a read-only memory map for a large file (no copy), else a bytes object."""
+    try:
+        with open(path, "rb") as fh:
+            if os.fstat(fh.fileno()).st_size >= _MAP_FROM:
+                try:
+                    return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+                except (OSError, ValueError):  # a file system without mmap: read it
+                    pass
+            return fh.read()
+    except IsADirectoryError:
+        raise InputError(f"{path} is a folder; pass a log file or a run folder holding log.txt") from None
+    except OSError as exc:
+        raise InputError(f"cannot read {path} ({exc.strerror or exc}); check the path and its permissions") from None
+
+
+def _parse_text(path: str, raw: object) -> LossLog:
+    steps, losses, rates, markers = log_scan.scan(raw)
+    if not steps.size:
+        raise InputError(
+            f"{path} has no loss lines; expected the seed's format "
+            "'[time] (step=0000042) Train Loss: 1.2345, Train Steps/Sec: 9.87' or a metrics.jsonl"
+        )
+    if markers == steps.size:
+        malformed, examples = 0, ()
+    else:  # a "(step=" that starts no loss line: find those lines, one by one
+        malformed, examples = _malformed(raw)
+    nan = np.full(steps.size, np.nan)
+    return LossLog(path, "text", steps, losses, rates, nan, None, None, malformed, examples, 0)
+
+
+def _malformed(raw: object) -> tuple:
+    """(count, first few) of the lines that start like loss lines (``(step=N``) but do not parse."""
+    count, shown = 0, []
+    for number, line in enumerate(bytes(raw).splitlines(), 1):  # type: ignore[call-overload]
+        line = log_scan.ANSI.sub(b"", line)
+        if _LOOKS_LIKE.search(line) and not log_scan.LINE.search(line):
+            count += 1
+            if len(shown) < _EXAMPLES:
+                shown.append(f"line {number}: {line.strip()[:80].decode('utf-8', errors='replace')!r}")
+    return count, tuple(shown)
+
+
+def _parse_jsonl(path: str, text: str) -> LossLog:
+    lines = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+    try:  # one parser call for the whole file; line by line only when some line is broken
+        objects = json.loads("[" + ",".join(line for _, line in lines) + "]")
+        parsed = [(n, obj) for (n, _), obj in zip(lines, objects)]
+        broken: list = []
+    except ValueError:
+        parsed, broken = [], []
+        for n, line in lines:
+            try:
+                parsed.append((n, json.loads(line)))
+            except ValueError:
+                broken.append(f"line {n}: {line.strip()[:80]!r}")
+    records, events = [], 0
+    for n, obj in parsed:
+        if isinstance(obj, dict) and "event" in obj:
+            events += 1
+        elif isinstance(obj, dict) and _is_number(obj.get("step")) and _is_number(obj.get("loss"), allow_none=True):
+            records.append(obj)
+        else:
+            broken.append(f"line {n}: not a metrics record")
+    if not records:
+        raise InputError(
+            f"{path} has no metrics records (objects with 'step' and 'loss'); pass a metrics.jsonl written by "
+            "ascend_tune or a log.txt in the seed's format"
+        )
+    steps = np.array([r["step"] for r in records], dtype=np.int64)
+    losses = np.array([_float(r.get("loss")) for r in records], dtype=np.float64)
+    rates = np.array([_float(r.get("steps_per_sec")) for r in records], dtype=np.float64)
+    samples = np.array([_float(r.get("samples_per_sec")) for r in records], dtype=np.float64)
+    per_step = _per_step(records)
+    step_numbers, step_losses = per_step if per_step else (None, None)
+    return LossLog(
+        path, "jsonl", steps, losses, rates, samples, step_numbers, step_losses,
+        len(broken), tuple(broken[:_EXAMPLES]), events,
+    )
+
+
+def _per_step(records: list) -> Optional[tuple]:
+    """One (step, loss) per optimizer step from each record's ``first_step`` and ``step_losses``, if all have them."""
+    numbers: list = []
+    values: list = []
+    for r in records:
+        first, last, per = r.get("first_step"), r.get("step"), r.get("step_losses")
+        if not (_is_number(first) and isinstance(per, list) and len(per) == last - first + 1):
+            return None
+        numbers.extend(range(int(first), int(last) + 1))
+        values.extend(_float(v) for v in per)
+    return np.array(numbers, dtype=np.int64), np.array(values, dtype=np.float64)
+
+
+def _is_number(value: object, allow_none: bool = False) -> bool:
+    if value is None:
+        return allow_none
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _float(value: object) -> float:
+    return float(value) if _is_number(value) else float("nan")
+
+
+def find_runs(path: str) -> list:
+    """The run logs under ``path``: the path itself when it is a log file or a run folder, else its ``*/`` run
+    folders (the seed walked ``runs/*/log.txt``), sorted by name."""
+    if not os.path.exists(path):
+        raise InputError(f"{path} does not exist; pass a log file, a run folder or a folder of run folders")
+    if os.path.isfile(path) or any(os.path.isfile(os.path.join(path, n)) for n in (LOG_NAME, JSONL_NAME)):
+        return [path]
+    runs = sorted(
+        os.path.join(path, name)
+        for name in os.listdir(path)
+        if any(os.path.isfile(os.path.join(path, name, n)) for n in (LOG_NAME, JSONL_NAME))
+    )
+    if not runs:
+        raise InputError(f"{path} holds no {LOG_NAME} or {JSONL_NAME}, nor run folders that do")
+    return runs

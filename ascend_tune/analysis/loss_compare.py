@@ -1,0 +1,133 @@
+"""Loss-curve alignment of two runs: the gap numbers the GPU<->NPU migration is judged on.
+
+With base losses ``a`` and target losses ``b`` over the compared steps:
+mean absolute gap = mean(|a - b|); mean relative gap = mean(|a - b| / |a|) (the seed's "Loss Gap percent" / 100);
+the runs are *aligned* when the mean relative gap is below the threshold (the seed's "< 5% is aligned") and the
+target has no inf/NaN loss where the base is finite. A step whose base loss is zero or not finite cannot carry a
+relative gap: it is excluded from all gap numbers and counted, never divided by.
+
+``align="step"`` pairs losses by step number (a resumed or shorter run still lines up); ``align="index"`` is the
+seed script's method: the i-th line of one log against the i-th of the other, cut to the shorter log.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from ..errors import InputError
+from .logs import LossLog
+
+
+@dataclass(frozen=True, eq=False)
+class LossComparison:
+    """Two loss curves side by side and their gap numbers (see the module docstring)."""
+
+    base: str
+    target: str
+    align: str
+    unit: str  # "step" (one loss per optimizer step) or "log line" (one per log window)
+    threshold: float
+    steps: np.ndarray  # the x of each compared pair: the step (base's step under index alignment)
+    base_loss: np.ndarray
+    target_loss: np.ndarray
+    compared: int
+    only_base: int
+    only_target: int
+    excluded: int
+    target_nonfinite: int
+    mean_abs_gap: float
+    mean_rel_gap: float
+    max_rel_gap: float
+    max_rel_gap_step: Optional[int]
+    final_step: Optional[int]
+    final_base: float
+    final_target: float
+    final_gap: float
+    final_rel_gap: float
+    notes: tuple
+
+    @property
+    def aligned(self) -> bool:
+        return self.compared > 0 and self.target_nonfinite == 0 and self.mean_rel_gap < self.threshold
+
+    def as_dict(self) -> dict:
+        """The numbers, JSON-ready (no arrays)."""
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("steps", "base_loss", "target_loss")}
+        out["notes"] = list(self.notes)
+        out["aligned"] = self.aligned
+        return out
+
+
+def compare_loss(base: LossLog, target: LossLog, threshold: float = 0.05, align: str = "step") -> LossComparison:
+    """Compare the loss curves of two runs.
+
+    Parameters:
+        base: the reference run (GPU / CPU); relative gaps are relative to its losses.
+        target: the run being checked (NPU).
+        threshold: the mean relative gap below which the runs are aligned (0.05 = 5%).
+        align: ``"step"`` (pair by step number) or ``"index"`` (the seed's i-th against i-th line).
+    """
+    if align not in ("step", "index"):
+        raise InputError(f"align must be 'step' or 'index', got {align!r}")
+    if not threshold > 0:
+        raise InputError(f"the threshold must be a positive fraction such as 0.05, got {threshold!r}")
+    notes = base.notes() + target.notes()
+    if align == "index":
+        unit = "log line"
+        n = min(base.lines, target.lines)
+        x, a, b = base.steps[:n], base.losses[:n], target.losses[:n]
+        only_base, only_target = base.lines - n, target.lines - n
+    else:
+        per_step = base.step_numbers is not None and target.step_numbers is not None
+        unit = "step" if per_step else "log line"
+        (bs, bl), (ts, tl) = (_series(log, per_step) for log in (base, target))
+        x, bi, ti = np.intersect1d(bs, ts, assume_unique=True, return_indices=True)
+        a, b = bl[bi], tl[ti]
+        only_base, only_target = bs.size - x.size, ts.size - x.size
+        if not x.size:
+            raise InputError(
+                f"{base.source} and {target.source} have no step in common (base steps {_span(bs)}, target steps "
+                f"{_span(ts)}); compare line by line with --align index"
+            )
+        if base.kind != target.kind and not per_step:
+            notes.append("one log is log.txt (losses rounded to 4 decimals), the other metrics.jsonl")
+    usable = np.isfinite(a) & (a != 0)
+    target_bad = usable & ~np.isfinite(b)
+    keep = usable & np.isfinite(b)
+    gap = np.abs(a[keep] - b[keep])
+    rel = gap / np.abs(a[keep])
+    kept_x = x[keep]
+    if rel.size:
+        worst = int(np.argmax(rel))
+        stats = (float(gap.mean()), float(rel.mean()), float(rel[worst]), int(kept_x[worst]))
+        last = (int(kept_x[-1]), float(a[keep][-1]), float(b[keep][-1]), float(gap[-1]), float(rel[-1]))
+    else:
+        stats = (float("nan"), float("nan"), float("nan"), None)
+        last = (None, float("nan"), float("nan"), float("nan"), float("nan"))
+    if int((~usable).sum()):
+        notes.append(f"{int((~usable).sum())} step(s) with a zero or non-finite base loss excluded")
+    if int(target_bad.sum()):
+        notes.append(f"{int(target_bad.sum())} step(s) where the target loss is inf/NaN and the base's is finite")
+    return LossComparison(
+        base=base.source, target=target.source, align=align, unit=unit, threshold=threshold,
+        steps=x, base_loss=a, target_loss=b, compared=int(keep.sum()), only_base=int(only_base),
+        only_target=int(only_target), excluded=int((~usable).sum()), target_nonfinite=int(target_bad.sum()),
+        mean_abs_gap=stats[0], mean_rel_gap=stats[1], max_rel_gap=stats[2], max_rel_gap_step=stats[3],
+        final_step=last[0], final_base=last[1], final_target=last[2], final_gap=last[3], final_rel_gap=last[4],
+        notes=tuple(notes),
+    )
+
+
+def _series(log: LossLog, per_step: bool) -> tuple:
+    """(steps, losses) with one entry per step number, the last one when a step repeats (a restarted run)."""
+    steps, losses = (log.step_numbers, log.step_losses) if per_step else (log.steps, log.losses)
+    reversed_steps = steps[::-1]
+    unique, first_from_end = np.unique(reversed_steps, return_index=True)
+    return unique, losses[::-1][first_from_end]
+
+
+def _span(steps: np.ndarray) -> str:
+    return f"{int(steps.min())}..{int(steps.max())}" if steps.size else "none"

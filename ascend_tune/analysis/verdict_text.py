@@ -1,0 +1,144 @@
+"""The verdict tools' results as the lines the CLI prints."""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+from .dump_compare import DumpComparison
+from .loss_compare import LossComparison
+from .overflow import OverflowReport
+from .throughput import SLOW_RANK, RateStats, ThroughputReport
+
+
+def loss_lines(result: LossComparison, plots: tuple = ()) -> list:
+    unit = "one loss per optimizer step" if result.unit == "step" else "one loss per log line"
+    how = "by step number" if result.align == "step" else "line by line (the seed script's method)"
+    lines = [
+        f"compare-loss: base {result.base}",
+        f"              target {result.target}",
+        f"  aligned {how}, {unit}",
+        f"  compared            {result.compared}  (only in base {result.only_base}, only in target "
+        f"{result.only_target}, excluded {result.excluded})",
+        f"  mean absolute gap   {_g(result.mean_abs_gap)}",
+        f"  mean relative gap   {_pct(result.mean_rel_gap)}  (Loss Gap percent)",
+        f"  max relative gap    {_pct(result.max_rel_gap)}" + (
+            f" at step {result.max_rel_gap_step}" if result.max_rel_gap_step is not None else ""),
+        f"  final loss          base {_g(result.final_base)}, target {_g(result.final_target)}, gap "
+        f"{_g(result.final_gap)} ({_pct(result.final_rel_gap)}) at step {result.final_step}",
+    ]
+    verdict = "ALIGNED" if result.aligned else "NOT ALIGNED"
+    lines.append(f"  verdict             {verdict} (aligned when the mean relative gap < {result.threshold:.2%}"
+                 " and the target has no inf/NaN loss)")
+    if plots:
+        lines.append(f"  plots               {', '.join(plots)}")
+    lines += [f"  note: {note}" for note in result.notes]
+    return lines
+
+
+def throughput_lines(report: ThroughputReport) -> list:
+    header = (f"{'run':<40} {'lines':>6} {'median':>9} {'mean':>9} {'p10':>9} {'p90':>9} {'samples/s':>10} "
+              f"{'speed-up':>8}")
+    lines = [f"steps/sec per run (first {report.exclude_first} log line(s) of each run left out)", header]
+    for run in report.runs:
+        s: Optional[RateStats] = run.steps_per_sec
+        cells = [f"{s.median:9.3f}", f"{s.mean:9.3f}", f"{s.p10:9.3f}", f"{s.p90:9.3f}"] if s else ["n/a".rjust(9)] * 4
+        samples = f"{run.samples_per_sec.median:10.1f}" if run.samples_per_sec else "-".rjust(10)
+        speedup = f"{run.speedup:7.2f}x" if run.speedup else "-".rjust(8)
+        lines.append(f"{_tail(run.source, 40):<40} {run.lines:>6} {' '.join(cells)} {samples} {speedup}")
+    lines += [f"  note: {note}" for run in report.runs for note in run.notes]
+    return lines
+
+
+def rank_lines(run: str, ranks: tuple) -> list:
+    """The straggler table of one multi-rank run."""
+    lines = [f"ranks of {run} (slow: under {SLOW_RANK:.0%} of the ranks' median steps/sec)",
+             f"{'rank':>6} {'median':>9} {'p10':>9} {'p90':>9} {'relative':>9}"]
+    for r in ranks:
+        s = r.steps_per_sec
+        cells = f"{s.median:9.3f} {s.p10:9.3f} {s.p90:9.3f}" if s else " ".join(["n/a".rjust(9)] * 3)
+        relative = f"{r.relative:8.2f}x" if r.relative is not None else "-".rjust(9)
+        lines.append(f"{r.rank:>6} {cells} {relative}" + ("  SLOW" if r.slow else ""))
+    return lines
+
+
+def dump_lines(result: DumpComparison, written: tuple = ()) -> list:
+    lines = [
+        f"compare-dump: base {result.base}",
+        f"              target {result.target}",
+        f"  {result.mode} mode, ops matched by {'API and call order' if result.fuzzy else 'name'}; "
+        f"tolerance {'by dtype' if result.tolerance_override is None else f'{result.tolerance_override:g}'}",
+        f"  rows {len(result.rows)}: {result.count('pass')} pass, {result.count('warning')} warning, "
+        f"{result.count('error')} error (msprobe's rules); ops only in TARGET {result.only_target}, "
+        f"only in BASE {result.only_base}",
+    ]
+    first = result.first
+    if first is None:
+        lines.append("  first divergence: none, every op agrees within tolerance")
+    else:
+        where = f" (in {first.parent})" if first.parent else ""
+        lines.append(f"  first divergence: {first.op}{where}")
+        lines.append(f"    why: {first.reason}")
+        lines += _stack(first.stack)
+    if written:
+        lines.append(f"  wrote {', '.join(written)}")
+    lines.append(f"  verdict: {'PASS' if result.passed else 'DIVERGED'}")
+    return lines
+
+
+def op_lines(label: str, ops: list) -> list:
+    lines = [f"{label}: {len(ops)} op(s)"]
+    for op in ops:
+        lines.append(f"{op.name}" + (f"  (in {op.parent})" if op.parent else ""))
+        lines += _stack(op.stack, "  stack:")
+        lines.append(f"  {'slot':<28} {'dtype':<16} {'shape':<18} {'max':>12} {'min':>12} {'mean':>12} {'norm':>12}")
+        for leaf in op.leaves:
+            if leaf.kind == "tensor":
+                stats = " ".join(f"{_g(v):>12}" for v in leaf.stats) if leaf.has_stats else "n/a"
+                shape = str(list(leaf.shape)) if leaf.shape is not None else "?"
+                lines.append(f"  {leaf.slot:<28} {leaf.dtype:<16} {shape:<18} {stats}")
+            else:
+                lines.append(f"  {leaf.slot:<28} {leaf.dtype:<16} {'':<18} {leaf.value!r}")
+    return lines
+
+
+def overflow_lines(report: OverflowReport) -> list:
+    lines = [f"overflow: {report.dump}: {report.ops} op(s) checked, {report.overflowing_ops} with inf/NaN"]
+    first = report.first
+    if first is None:
+        lines.append("  no inf/NaN in any op")
+        return lines
+    where = f" (in {first.parent})" if first.parent else ""
+    lines.append(f"  first inf/NaN: {first.op}{where}")
+    if first.produced_here:
+        lines.append(f"    produced here: its inputs are finite, {', '.join(first.outputs)} hold inf/NaN")
+    else:
+        lines.append(f"    its inputs already hold inf/NaN ({', '.join(first.inputs)}): produced before this op, "
+                     "in code the dump does not record")
+    lines += _stack(first.stack)
+    return lines
+
+
+def _stack(frames: tuple, title: str = "    at:") -> list:
+    if not frames:
+        return [f"{title} (no user frames in the dump's stack)"]
+    out = []
+    for i, frame in enumerate(frames[:8]):
+        head, _, code = frame.partition(", \n")
+        prefix = title if i == 0 else " " * len(title)
+        out.append(f"{prefix} {head}")
+        if code.strip():
+            out.append(f"{' ' * len(title)}     {code.strip()}")
+    return out
+
+
+def _g(value: float) -> str:
+    return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.6g}"
+
+
+def _pct(value: float) -> str:
+    return "n/a" if value is None or math.isnan(value) else f"{value * 100:.4f}%"
+
+
+def _tail(text: str, width: int) -> str:
+    return text if len(text) <= width else "..." + text[-(width - 3):]

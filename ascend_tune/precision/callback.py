@@ -1,0 +1,238 @@
+"""The ``precision=`` option of TrainingMonitor: the step clock brackets each selected step with a backend.
+
+Before a selected step ``start``, after it ``stop`` + ``step``; other steps run with nothing hooked. After the last
+selected step (or once ``overflow_nums`` overflows are found) dumping ends quietly: nothing ever raises into the
+training loop, unlike ptdbg's loader hook, which ended training with an exception. A backend that fails is
+reported once through ``mon.warn`` and dumps no more.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import shutil
+import time
+from typing import Any, Optional
+
+import torch
+
+from ..callbacks import Callback
+from ..device import detect_device
+from ..errors import ConfigError, OutputError
+from . import backends
+from .config import ENV_DUMP, PrecisionConfig
+from .journal import write_json_atomic
+
+logger = logging.getLogger("ascend_tune")
+OVERFLOW_JSON = "overflow.json"
+_STEP_DIR = re.compile(r"^step(\d+)$")
+
+
+def build_callback(value: Any, mon: Any) -> Optional[PrecisionCallback]:
+    """The monitor's factory for ``precision=``: a callback, or None when off (or this rank does not dump).
+
+    ``value`` None falls back to ``ASCEND_TUNE_DUMP`` (e.g. ``task=statistics,level=L1,steps=0-2``).
+    """
+    config = PrecisionConfig.from_env() if value is None else PrecisionConfig.from_any(value)
+    if config is None:
+        return None
+    config = config.with_first_step(mon.start_step)
+    if not config.selects_rank(mon.rank):
+        return None
+    models = _models(mon.model)
+    if config.level in ("L0", "mix") and not models:
+        raise ConfigError(
+            f"precision level {config.level} dumps nn.Module calls and needs the model: pass it as "
+            "TrainingMonitor(model, ...), or use level='L1' (API calls only)"
+        )
+    device = mon.device.kind if mon.device is not None else detect_device().kind
+    backend = backends.choose(config, device)
+    dump_path = config.dump_path or os.path.join(mon.log_dir, "dump")
+    return PrecisionCallback(config, backend, dump_path, explicit_path=config.dump_path is not None)
+
+
+class PrecisionCallback(Callback):
+    """Drives one precision backend from the monitor's step clock (see the module docstring)."""
+
+    name = "precision"
+
+    def __init__(self, config: PrecisionConfig, backend: str, dump_path: str, explicit_path: bool = True):
+        self.config = config
+        self.backend_name = backend
+        self.dump_path = dump_path
+        self._explicit_path = explicit_path
+        self._backend: Any = None
+        self._active: Optional[int] = None
+        self._done = False
+        self._dumped: list = []
+        self._checked: list = []
+        self._overflows: list = []
+        self._error: Optional[str] = None
+        self._mon: Any = None
+
+    # --- the step clock -------------------------------------------------------------------------------------------
+
+    def on_enter(self, mon: Any, stack: contextlib.ExitStack) -> None:
+        self._mon = mon
+        self._rank = mon.rank
+        self._set_aside_earlier_dumps(mon)
+        try:
+            os.makedirs(self.dump_path, exist_ok=True)
+        except OSError as exc:
+            raise OutputError(
+                f"cannot create dump_path {self.dump_path!r} ({exc.strerror or exc}); pass a writable folder"
+            ) from None
+        self._backend = backends.create(
+            self.backend_name, self.config, self.dump_path, mon.rank, _models(mon.model), self._backend_failed,
+        )
+        stack.callback(self._close)
+
+    def on_step_begin(self, mon: Any, step: int) -> None:
+        if self._done or self._active is not None or not self.config.selects_step(step):
+            return
+        try:
+            self._backend.start(step)
+        except Exception as exc:
+            self._give_up(f"the {self.backend_name} dump could not start at step {step}: {type(exc).__name__}: {exc}")
+            with contextlib.suppress(Exception):
+                self._backend.stop()
+            return
+        self._active = step
+
+    def on_step_end(self, mon: Any, step: int) -> None:
+        if self._active == step:
+            self._end_step()
+
+    def on_exit(self, mon: Any, exc_type: Optional[type]) -> None:
+        if self._active is not None:
+            self._end_step()  # the block ended inside a selected step: keep what it recorded
+        if self.config.task == "overflow_check":
+            self._write_overflows()
+
+    def summary(self) -> Optional[dict]:
+        out = {"backend": self.backend_name, "task": self.config.task, "level": self.config.level,
+               "dump_path": self.dump_path, "steps_dumped": self._dumped, "error": self._error}
+        if self.config.task == "overflow_check":
+            out["overflows"] = len(self._overflows)
+            out["first_overflow"] = self._overflows[0].name if self._overflows else None
+        return out
+
+    # --- one step -------------------------------------------------------------------------------------------------
+
+    def _end_step(self) -> None:
+        step, self._active = self._active, None
+        limit = self.config.overflow_nums
+        remaining = -1 if limit == -1 else max(limit - len(self._overflows), 0)
+        try:
+            self._backend.stop()
+            outcome = self._backend.step(remaining)
+        except Exception as exc:
+            self._give_up(f"the {self.backend_name} dump failed at the end of step {step}: {type(exc).__name__}: {exc}")
+            return
+        self._checked.append(step)
+        if outcome.path is not None:
+            self._dumped.append(step)
+            self._mon.record_event("precision_dump", step=step, path=outcome.path, backend=self.backend_name)
+        if outcome.overflows:
+            first = not self._overflows
+            self._overflows.extend(outcome.overflows)
+            self._write_overflows()
+            if first:
+                self._mon.warn(_overflow_message(outcome.overflows[0], self._overflow_path()))
+        last = self.config.last_step()
+        if (last is not None and step >= last) or (limit != -1 and len(self._overflows) >= limit):
+            self._done = True
+        if getattr(self._backend, "failed", None):
+            self._done = True
+
+    def _close(self) -> None:
+        if self._backend is not None:
+            with contextlib.suppress(Exception):
+                if self._active is not None:
+                    self._backend.stop()
+                self._backend.close()
+        self._active = None
+
+    def _backend_failed(self, reason: str) -> None:
+        self._give_up(f"the builtin dump stopped recording: {reason}")
+
+    def _give_up(self, message: str) -> None:
+        self._done = True
+        if self._error is None:
+            self._error = message
+            self._mon.warn(message + "; training goes on without dumps")
+
+    # --- files ----------------------------------------------------------------------------------------------------
+
+    def _overflow_path(self) -> str:
+        return os.path.join(self.dump_path, f"rank{self._rank}", OVERFLOW_JSON)
+
+    def _write_overflows(self) -> None:
+        path = self._overflow_path()
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        write_json_atomic(path, {
+            "rank": self._rank, "backend": self.backend_name, "overflow_nums": self.config.overflow_nums,
+            "steps_checked": self._checked, "steps_kept": self._dumped,
+            "overflows": [o.as_dict() for o in self._overflows],
+        })
+
+    def _set_aside_earlier_dumps(self, mon: Any) -> None:
+        """Never write into an earlier dump of a selected step: move it aside (default path) or refuse."""
+        if not os.path.isdir(self.dump_path):
+            return
+        distributed = mon.world_size > 1
+        taken = []
+        for name in sorted(os.listdir(self.dump_path)):
+            match = _STEP_DIR.match(name)
+            if not match or not self.config.selects_step(int(match.group(1))):
+                continue
+            step_dir = os.path.join(self.dump_path, name)
+            target = os.path.join(step_dir, f"rank{mon.rank}") if distributed else step_dir
+            if os.path.isdir(target) and os.listdir(target):
+                taken.append(target)
+        if self.config.task == "overflow_check" and os.path.exists(self._overflow_path()):
+            taken.append(os.path.dirname(self._overflow_path()))
+        if not taken:
+            return
+        where = os.path.relpath(taken[0], self.dump_path)
+        if self._explicit_path:
+            raise OutputError(
+                f"dump_path {self.dump_path!r} already holds a dump ({where}{' and more' if len(taken) > 1 else ''})"
+                "; pass a new dump_path or move that folder away (nothing was overwritten)"
+            )
+        aside = _aside_folder(mon.log_dir)
+        for target in taken:
+            dest = os.path.join(aside, "dump", os.path.relpath(target, self.dump_path))
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            shutil.move(target, dest)
+        logger.info("ascend_tune: earlier dump of %s moved to %s", where, os.path.join(aside, "dump"))
+
+
+def _aside_folder(log_dir: str) -> str:
+    """``<log_dir>/previous-<timestamp>``, shared with the monitor's own set-aside logs when it made one just now."""
+    base = os.path.join(log_dir, "previous-" + time.strftime("%Y%m%d-%H%M%S"))
+    target, n = base, 1
+    while os.path.exists(os.path.join(target, "dump")):
+        target, n = f"{base}-{n}", n + 1
+    return target
+
+
+def _overflow_message(first: Any, path: str) -> str:
+    where = ""
+    if first.stack:
+        frame = first.stack[0]
+        where = f" at {frame.file}:{frame.line} ({frame.code})"
+    return (f"overflow: {first.name} produced inf/nan in {first.tensor} at step {first.step}{where}; "
+            f"all overflows in {path}")
+
+
+def _models(model: Any) -> list:
+    if model is None:
+        return []
+    models = list(model) if isinstance(model, (list, tuple)) else [model]
+    return [m for m in models if isinstance(m, torch.nn.Module)]
+
+
+__all__ = ["ENV_DUMP", "PrecisionCallback", "build_callback"]

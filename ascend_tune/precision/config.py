@@ -1,0 +1,260 @@
+"""PrecisionConfig: which steps, ranks and ops a precision dump or overflow check covers, and how.
+
+The option names follow msprobe's ``config.json`` (``task``, ``level``, ``step``, ``rank``, ``scope``, ``list``,
+``data_mode``, ``summary_mode``, ``overflow_nums``) so a config moves between the two tools unchanged. No torch here:
+the CLI and the readers import this module too.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any, Optional
+
+from ..errors import ConfigError
+
+ENV_DUMP = "ASCEND_TUNE_DUMP"
+TASKS = ("statistics", "tensor", "overflow_check")
+LEVELS = ("L0", "L1", "mix")
+DATA_MODES = ("all", "forward", "backward", "input", "output")
+SUMMARY_MODES = ("statistics", "md5")
+BACKENDS = ("auto", "ptdbg_ascend", "msprobe", "builtin")
+
+_RANGE = re.compile(r"^\s*(\d+)\s*-\s*(\d+)\s*$")
+_TRUE = ("1", "true", "on", "yes")
+_FALSE = ("", "0", "false", "off", "no")
+
+
+@dataclass(frozen=True)
+class PrecisionConfig:
+    """What to dump, at which steps, through which backend.
+
+    task: ``statistics`` (Max/Min/Mean/Norm of every tensor), ``tensor`` (also the tensors, as ``.pt`` files) or
+        ``overflow_check`` (the first ops whose outputs hold inf/nan, in ``overflow.json``).
+    level: ``L0`` (nn.Module calls), ``L1`` (torch API calls) or ``mix`` (both).
+    steps: step numbers or ``"a-b"`` ranges; None = the block's first step, ``[]`` = every step.
+    ranks: global ranks that dump; None or ``[]`` = every rank.
+    scope: ``[first, last]`` op names: dump only from ``first`` to ``last`` in execution order.
+    list: op names or substrings (``"relu"``); at ``mix`` a listed module also selects the APIs inside it.
+    data_mode: any of ``all``, ``forward``, ``backward``, ``input``, ``output``.
+    summary_mode: ``statistics`` or ``md5`` (adds a CRC-32 of each tensor's bytes, as msprobe does; syncs per tensor).
+    overflow_nums: how many overflowing ops to report before the check ends; -1 = unlimited.
+    dump_path: the dump root; None = ``<log_dir>/dump``.
+    backend: ``auto``, ``ptdbg_ascend``, ``msprobe`` or ``builtin`` (see :func:`ascend_tune.precision.backends.choose`).
+    """
+
+    task: str = "statistics"
+    level: str = "L1"
+    steps: Optional[tuple] = None
+    ranks: Optional[tuple] = None
+    scope: tuple = ()
+    list: tuple = ()
+    data_mode: tuple = ("all",)
+    summary_mode: str = "statistics"
+    overflow_nums: int = 1
+    dump_path: Optional[str] = None
+    backend: str = "auto"
+
+    def __post_init__(self) -> None:
+        _choice("task", self.task, TASKS)
+        _choice("level", self.level, LEVELS)
+        _choice("summary_mode", self.summary_mode, SUMMARY_MODES)
+        _choice("backend", self.backend, BACKENDS)
+        object.__setattr__(self, "steps", _selection("steps", self.steps))
+        object.__setattr__(self, "ranks", _selection("ranks", self.ranks))
+        object.__setattr__(self, "scope", _names("scope", self.scope))
+        if len(self.scope) not in (0, 2):
+            raise ConfigError(
+                f"scope must be empty or [first, last] (two op names), got {list(self.scope)!r}; "
+                "e.g. scope=['Functional.linear.0.forward', 'Functional.linear.1.forward']"
+            )
+        object.__setattr__(self, "list", _names("list", self.list))
+        modes = _names("data_mode", self.data_mode) or ("all",)
+        for mode in modes:
+            _choice("data_mode", mode, DATA_MODES)
+        object.__setattr__(self, "data_mode", modes)
+        nums = self.overflow_nums
+        if isinstance(nums, bool) or not isinstance(nums, int) or (nums < 1 and nums != -1):
+            raise ConfigError(f"overflow_nums must be a positive integer or -1 (unlimited), got {nums!r}")
+        if self.dump_path is not None:
+            if not isinstance(self.dump_path, (str, os.PathLike)) or not str(self.dump_path):
+                raise ConfigError(f"dump_path must be a folder path, got {self.dump_path!r}")
+            object.__setattr__(self, "dump_path", os.fspath(self.dump_path))
+
+    @classmethod
+    def from_any(cls, value: Any) -> Optional[PrecisionConfig]:
+        """A config from a ``PrecisionConfig``, a dict of its fields, ``True`` (defaults), or None / ``False`` (off)."""
+        if value is None or value is False:
+            return None
+        if value is True:
+            return cls()
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, str):
+            return cls.from_env_text(value)
+        if isinstance(value, dict):
+            known = {f.name for f in fields(cls)}
+            unknown = sorted(set(value) - known)
+            if unknown:
+                raise ConfigError(
+                    f"precision has no option {unknown[0]!r}; valid options: {', '.join(sorted(known))}"
+                )
+            return cls(**value)
+        raise ConfigError(
+            f"precision must be a PrecisionConfig, a dict, True or None, got {type(value).__name__}"
+        )
+
+    @classmethod
+    def from_env_text(cls, text: str) -> Optional[PrecisionConfig]:
+        """Parse ``ASCEND_TUNE_DUMP``'s form: ``task=statistics,level=L1,steps=0-2`` (``1`` = defaults, ``0`` = off).
+
+        A comma-separated item without ``=`` continues the list before it: ``steps=0,2,5-7,level=mix``.
+        """
+        text = text.strip()
+        if text.lower() in _FALSE:
+            return None
+        if text.lower() in _TRUE:
+            return cls()
+        values: dict = {}
+        key = None
+        for item in text.split(","):
+            item = item.strip()
+            if "=" in item:
+                key, _, raw = item.partition("=")
+                key = key.strip()
+                values[key] = [raw.strip()] if raw.strip() else []
+            elif key is not None and item:
+                values[key].append(item)
+            elif item:
+                raise ConfigError(f"{ENV_DUMP}: {item!r} is not key=value; e.g. {ENV_DUMP}=task=statistics,steps=0-2")
+        listed = ("steps", "ranks", "scope", "list", "data_mode")
+        config: dict = {}
+        for name, parts in values.items():
+            if name in listed:
+                config[name] = parts
+            elif name == "overflow_nums":
+                config[name] = _int_text(name, parts[0] if parts else "")
+            else:
+                config[name] = parts[0] if len(parts) == 1 else ",".join(parts)
+        return cls.from_any(config)
+
+    @classmethod
+    def from_env(cls) -> Optional[PrecisionConfig]:
+        """The config ``ASCEND_TUNE_DUMP`` asks for, or None when it is unset or off."""
+        text = os.environ.get(ENV_DUMP)
+        if text is None:
+            return None
+        try:
+            return cls.from_env_text(text)
+        except ConfigError as exc:
+            raise ConfigError(f"{ENV_DUMP}={text!r}: {exc}") from None
+
+    def with_first_step(self, first_step: int) -> PrecisionConfig:
+        """This config with ``steps=None`` made concrete: the block's first step."""
+        return self if self.steps is not None else replace(self, steps=(first_step,))
+
+    def selects_step(self, step: int) -> bool:
+        """Whether step ``step`` is dumped (``steps=[]`` = every step)."""
+        return _selects(self.steps, step)
+
+    def selects_rank(self, rank: int) -> bool:
+        """Whether rank ``rank`` dumps."""
+        return _selects(self.ranks, rank)
+
+    def last_step(self) -> Optional[int]:
+        """The last step selected, or None when every step is."""
+        if not self.steps:
+            return None
+        return max(hi for _, hi in _ranges(self.steps))
+
+    def as_dict(self) -> dict:
+        """A JSON-ready dict (for summary.json)."""
+        out = asdict(self)
+        for name in ("steps", "ranks", "scope", "list", "data_mode"):
+            if out[name] is not None:
+                out[name] = list(out[name])
+        return out
+
+
+def _choice(name: str, value: Any, allowed: tuple) -> None:
+    if value not in allowed:
+        raise ConfigError(f"precision {name} must be one of {', '.join(allowed)}, got {value!r}")
+
+
+def _names(name: str, value: Any) -> tuple:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) and v for v in value):
+        raise ConfigError(f"precision {name} must be a list of names, got {value!r}")
+    return tuple(value)
+
+
+def _selection(name: str, value: Any) -> Optional[tuple]:
+    """Normalise steps / ranks to a tuple of ints and ``"a-b"`` strings (None stays None)."""
+    if value is None:
+        return None
+    if isinstance(value, (int, str, range)) and not isinstance(value, bool):
+        value = [value]
+    if not isinstance(value, (list, tuple)):
+        raise ConfigError(
+            f"precision {name} must be a list of integers or 'a-b' ranges, got {value!r}; e.g. {name}=[0, '2-4']"
+        )
+    out: list = []
+    for item in value:
+        if isinstance(item, range) and item.step == 1 and len(item) > 0:
+            item = f"{item.start}-{item.stop - 1}" if len(item) > 1 else item.start
+        if isinstance(item, str):
+            text = item.strip()
+            match = _RANGE.match(text)
+            if text.isdigit():
+                item = int(text)
+            elif match:
+                item = f"{int(match.group(1))}-{int(match.group(2))}"
+        if isinstance(item, bool) or not isinstance(item, (int, str)) or (isinstance(item, int) and item < 0):
+            raise ConfigError(
+                f"precision {name} must hold integers >= 0 or 'a-b' ranges with a <= b, got {item!r}; "
+                f"e.g. {name}=[0, '2-4']"
+            )
+        match = _RANGE.match(item) if isinstance(item, str) else None
+        if isinstance(item, str) and (match is None or int(match.group(1)) > int(match.group(2))):
+            raise ConfigError(
+                f"precision {name} must hold integers >= 0 or 'a-b' ranges with a <= b, got {item!r}; "
+                f"e.g. {name}=[0, '2-4']"
+            )
+        out.append(item)
+    return tuple(out)
+
+
+def _ranges(selection: tuple) -> list:
+    pairs = []
+    for item in selection:
+        if isinstance(item, int):
+            pairs.append((item, item))
+        else:
+            lo, hi = _RANGE.match(item).groups()
+            pairs.append((int(lo), int(hi)))
+    return pairs
+
+
+def _selects(selection: Optional[tuple], value: int) -> bool:
+    if not selection:
+        return True
+    return any(lo <= value <= hi for lo, hi in _ranges(selection))
+
+
+def _int_text(name: str, text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ConfigError(f"precision {name} must be an integer, got {text!r}") from None
+
+
+def expand_steps(selection: tuple) -> list:
+    """The concrete step numbers of a non-empty selection, sorted."""
+    steps: set = set()
+    for lo, hi in _ranges(selection):
+        steps.update(range(lo, hi + 1))
+    return sorted(steps)

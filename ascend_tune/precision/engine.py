@@ -1,0 +1,345 @@
+"""The built-in dump engine: msprobe's dump layout and names, without patching anything in torch.
+
+- **API level (L1)**: a ``TorchFunctionMode`` pushed for the selected step sees every torch call, including a
+  function imported as ``from torch import relu`` (msprobe patches module attributes and misses it). Torch pops the
+  mode while the handler runs, so the API's own inner calls (``F.layer_norm`` -> ``torch.layer_norm``) and the
+  engine's statistics are not seen; the monitor's own tensor work runs under ``capture.internal()`` and is skipped.
+  Backward data comes from a hook on the output's ``grad_fn``: ``backward.input`` is the gradient with respect to
+  the outputs, ``backward.output`` the gradients the node produced, as msprobe records them.
+- **Module level (L0)**: :mod:`.modules`.
+- Everything is installed at :meth:`DumpEngine.start` and removed at :meth:`DumpEngine.stop`: outside the selected
+  steps no mode, hook or wrapper is active.
+- Statistics stay on the device until :meth:`DumpEngine.finish` reads them back once (:mod:`.stats`); entries go
+  to the journal as they are seen (:mod:`.journal`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import threading
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any, Callable, Optional
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from .. import capture
+from . import catalog, stacks
+from .config import PrecisionConfig
+from .journal import TENSOR_DIR, StepWriter
+from .modules import ModuleRecorder, backward_name
+from .records import Records, tensors_in
+
+
+@dataclass(frozen=True)
+class StepDump:
+    """What one finished step left: its folder and, in memory, what its JSON files hold."""
+
+    step: int
+    rank: int
+    rank_dir: str
+    data: dict
+    stack: dict
+    construct: dict
+
+
+class ApiMode(TorchFunctionMode):
+    """Routes listed torch API calls to a recorder; everything else runs untouched.
+
+    The recorder is anything with a ``recording`` flag and ``call_api(func, api, args, kwargs, caller)`` that runs
+    the call and returns its result: the dump engine here, the dynamic-shape detector in :mod:`ascend_tune.tuning`.
+    """
+
+    def __init__(self, engine: Any):
+        super().__init__()
+        self._engine = engine
+        self._table = catalog.api_table()
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: Optional[dict] = None) -> Any:
+        if kwargs is None:
+            kwargs = {}
+        try:
+            api = self._table.get(func)
+        except TypeError:
+            api = None
+        if api is None or not self._engine.recording or capture.in_internal():
+            return func(*args, **kwargs)
+        # frame 1 is the code that made the call when func is C-level (operators are told apart there)
+        return self._engine.call_api(func, api, args, kwargs, sys._getframe(1))
+
+
+class DumpEngine:
+    """Dumps the selected steps of one process (one rank) into ``dump_path/step{N}/rank{R}/``.
+
+    Parameters:
+        config: what to dump (task, level, filters).
+        dump_path: the dump root.
+        rank: this process's rank (the folder is ``rank{R}``; ``rank0`` when not distributed).
+        models: the modules whose submodules are dumped at L0 / mix (a list; the list index enters the names when
+            there are several, as in msprobe).
+        on_error: told once when the engine fails and stops recording (training goes on).
+    """
+
+    def __init__(
+        self,
+        config: PrecisionConfig,
+        dump_path: str,
+        rank: int,
+        models: list,
+        on_error: Optional[Callable[[str], None]] = None,
+    ):
+        self.config = config
+        self.dump_path = dump_path
+        self.rank = rank
+        self._models = models
+        self._on_error = on_error
+        self._module_level = config.level in ("L0", "mix")
+        self._api_level = config.level in ("L1", "mix")
+        self._modes = allowed_modes(config.data_mode)
+        self.lock = threading.RLock()
+        self.recording = False
+        self.failed: Optional[str] = None
+        self.handles: list = []
+        self._undo: Optional[contextlib.ExitStack] = None
+        self._writer: Optional[StepWriter] = None
+
+    # --- lifecycle ---------------------------------------------------------------------------------------------
+
+    def start(self, step: int) -> None:
+        """Install the mode and hooks and open the step's journal."""
+        self.step = step
+        self.rank_dir = os.path.join(self.dump_path, f"step{step}", f"rank{self.rank}")
+        self._tensor_dir = os.path.join(self.rank_dir, TENSOR_DIR) if self.config.task == "tensor" else None
+        self._writer = StepWriter(self.rank_dir, self._header())
+        if self._tensor_dir:
+            os.makedirs(self._tensor_dir, exist_ok=True)
+        self.data: dict = {}
+        self.counts: dict = {}
+        self.records = Records(self.config.summary_mode, self._tensor_dir)
+        self.stacks = stacks.StackTable()
+        self._construct: dict = {}
+        self._in_scope = False
+        self._modules = ModuleRecorder(self, self._models) if self._module_level else None
+        undo = contextlib.ExitStack()
+        try:
+            if self._modules is not None:
+                self._modules.install(undo)
+            if self._api_level:
+                mode = ApiMode(self)
+                mode.__enter__()
+                undo.callback(mode.__exit__, None, None, None)
+        except BaseException:
+            undo.close()
+            raise
+        self._undo = undo
+        self.recording = True
+
+    def stop(self) -> None:
+        """Remove everything :meth:`start` installed (the mode, module, parameter and graph hooks)."""
+        self.recording = False
+        undo, self._undo = self._undo, None
+        if undo is not None:
+            undo.close()
+        for handle in self.handles:
+            handle.remove()
+        self.handles = []
+
+    def finish(self) -> Optional[StepDump]:
+        """Read the step's statistics back (once), write dump.json / stack.json / construct.json, drop the journal."""
+        writer, self._writer = self._writer, None
+        if writer is None:
+            return None
+        if self._modules is not None:
+            with self.lock:
+                self._modules.flush()
+        self.records.resolve()
+        dump = dict(self._header(), data=self.data)
+        stack = self.stacks.groups()
+        construct = self._construct if self._module_level else {}
+        writer.finish(dump, stack, construct)
+        return StepDump(self.step, self.rank, self.rank_dir, self.data, stack, construct)
+
+    def _header(self) -> dict:
+        # an overflow check dumps statistics; msprobe's compare keys its mode on this field
+        task = "tensor" if self.config.task == "tensor" else "statistics"
+        return {"task": task, "level": self.config.level, "framework": "pytorch", "dump_data_dir": self._tensor_dir}
+
+    def fail(self, exc: BaseException) -> None:
+        """Stop recording after a failure of the engine itself (told once to ``on_error``; training goes on)."""
+        if self.failed is None:
+            self.failed = f"{type(exc).__name__}: {exc}"
+            if self._on_error is not None:
+                self._on_error(self.failed)
+        self.recording = False
+
+    # --- selection ------------------------------------------------------------------------------------------------
+
+    def want(self, direction: str, io: str) -> bool:
+        """Whether ``data_mode`` dumps this side (``forward``/``backward`` x ``input``/``output``)."""
+        return direction in self._modes and io in self._modes
+
+    def begin(self, name: str) -> bool:
+        """An op or module call starts: whether ``scope`` and ``list`` select it."""
+        scope = self.config.scope
+        if scope and name == scope[0]:
+            self._in_scope = True
+        if scope and not self._in_scope:
+            return False
+        listed = self.config.list
+        if not listed or any(item in name for item in listed):
+            return True
+        modules = self._modules.stack if self._modules is not None else ()
+        return self.config.level == "mix" and any(item in call.name for call in modules for item in listed)
+
+    def end(self, name: str) -> None:
+        """An op or module call ends (the last op of ``scope`` closes it)."""
+        if self.config.scope and name == self.config.scope[1]:
+            self._in_scope = False
+
+    # --- API calls ------------------------------------------------------------------------------------------------
+
+    def call_api(self, func: Any, api: tuple, args: tuple, kwargs: dict, caller: Optional[FrameType]) -> Any:
+        """Run one listed API call, recording it when it is selected."""
+        if stacks.in_data_loading(caller):  # the loader collating a batch: not part of the step's compute
+            return func(*args, **kwargs)
+        base = catalog.base_name(api, caller)
+        count = self.counts.get(base, 0)
+        self.counts[base] = count + 1
+        name = f"{base}.{count}.forward"
+        if not self.begin(name):
+            try:
+                return func(*args, **kwargs)
+            finally:
+                self.end(name)
+        part = None
+        try:
+            # internal: torch popped this mode for the handler, but a mode pushed before it (the shape detector's)
+            # would still see the statistics
+            with capture.internal():
+                part = self._api_inputs(name, args, catalog.explicit_kwargs(func, kwargs))
+        except Exception as exc:
+            self.fail(exc)
+        try:
+            out = func(*args, **kwargs)
+        finally:
+            self.end(name)
+        if part is not None and self.recording:
+            try:
+                with capture.internal():
+                    self._api_outputs(name, part, args, out, caller)
+            except Exception as exc:
+                self.fail(exc)
+        return out
+
+    def _api_inputs(self, name: str, args: tuple, kwargs: dict) -> dict:
+        part: dict = {}
+        if self.want("forward", "input"):
+            part["input_args"] = self.records.describe(list(args), f"{name}.input")
+            part["input_kwargs"] = self.records.describe(kwargs, f"{name}.kwargs")
+        if self._writer is not None:  # before the call: a crash inside it still names the op
+            self._writer.append_raw(f'{{"name":{json.dumps(name)}}}\n')
+        return part
+
+    def _api_outputs(self, name: str, part: dict, args: tuple, out: Any, caller: Optional[FrameType]) -> None:
+        outputs = out if isinstance(out, tuple) else [out]
+        if name.startswith("Distributed.") and (out is None or type(out).__name__ == "Work"):
+            outputs = list(args)  # collectives write into their arguments
+        with self.lock:
+            entry = dict(part)
+            if self.want("forward", "output"):
+                entry["output"] = self.records.describe(outputs, f"{name}.output")
+            stack = self.stacks.capture(caller)
+            if self._modules is not None and self._modules.stack:
+                parent = self._modules.stack[-1].name
+            else:
+                parent = "optimizer" if stack[2] else None
+            self.insert(name, entry, parent, stack, journal=entry)
+        if self.want("backward", "input") or self.want("backward", "output"):
+            self._hook_api_backward(name, args, outputs, parent)
+
+    def _hook_api_backward(self, name: str, args: tuple, outputs: Any, parent: Optional[str]) -> None:
+        if not torch.is_grad_enabled():
+            return
+        inputs = {id(t) for t in tensors_in(args)}
+        # an output that is an input (x.float() of a float) carries an earlier op's graph node, not this op's
+        target = next((t for t in tensors_in(outputs) if t.grad_fn is not None and id(t) not in inputs), None)
+        if target is None:
+            return
+        bw_name = name[: -len("forward")] + "backward"
+        bw_parent = backward_name(parent) if parent and parent != "optimizer" else None
+
+        def on_backward(grad_inputs: tuple, grad_outputs: tuple) -> None:
+            if not self.recording:
+                return
+            try:
+                with self.lock, capture.internal():  # a direct torch.autograd.backward leaves the mode on
+                    entry = {}
+                    if self.want("backward", "input"):
+                        entry["input"] = self.records.describe(list(grad_outputs), f"{bw_name}.input")
+                    if self.want("backward", "output"):
+                        entry["output"] = self.records.describe(list(grad_inputs), f"{bw_name}.output")
+                    self.insert(bw_name, entry, bw_parent, None, journal=entry)
+            except Exception as exc:
+                self.fail(exc)
+
+        self.handles.append(target.grad_fn.register_hook(on_backward))
+
+    # --- entries --------------------------------------------------------------------------------------------------
+
+    def insert(
+        self,
+        name: str,
+        entry: dict,
+        parent: Optional[str],
+        stack: Optional[tuple],
+        construct: bool = True,
+        journal: Optional[dict] = None,
+    ) -> None:
+        """Add an entry, with one journal line for it (``journal``: the part of its data not journaled yet).
+
+        ``stack`` is what :meth:`StackTable.capture` returned; None for backward entries (msprobe keeps stacks of
+        forward calls only).
+        """
+        self.data[name] = entry
+        line: dict = {"name": name}
+        if journal:
+            line["data"] = journal
+        if construct and self._module_level:
+            if parent == "optimizer" and "optimizer" not in self._construct:
+                self._construct["optimizer"] = None
+                self._journal_line({"name": "optimizer", "parent": None})
+            self._construct[name] = parent
+            line["parent"] = parent
+        if stack is not None:
+            stack_id, new, _ = stack
+            if new:
+                self._journal_line({"stack": stack_id, "frames": self.stacks.frames[stack_id]})
+            self.stacks.add_name(stack_id, name)
+            line["stack"] = stack_id
+        if len(line) > 1:
+            self._journal_line(line)
+
+    def journal(self, name: str, data: dict) -> None:
+        """Journal part of an entry's data (merged by name when the journal is read back)."""
+        if self._writer is not None and data:
+            self._writer.append({"name": name, "data": data})
+
+    def _journal_line(self, record: dict) -> None:
+        if self._writer is not None:
+            self._writer.append(record)
+
+
+def allowed_modes(data_mode: tuple) -> set:
+    """msprobe's reading of data_mode: a side not named (forward/backward, input/output) means both."""
+    modes = set(data_mode)
+    if "all" in modes:
+        return {"forward", "backward", "input", "output"}
+    if not modes & {"forward", "backward"}:
+        modes |= {"forward", "backward"}
+    if not modes & {"input", "output"}:
+        modes |= {"input", "output"}
+    return modes

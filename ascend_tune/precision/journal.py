@@ -1,0 +1,91 @@
+"""The files of one dumped step in one rank folder: an append-only journal while the step runs, msprobe's JSON
+index (``dump.json``, ``stack.json``, ``construct.json``) written atomically when it ends.
+
+msprobe writes its JSON only at ``stop()`` / ``step()``, so a crash inside a step (the step one dumps to find out
+why it crashes) leaves nothing readable. Here each entry goes to ``dump.journal`` the moment it is seen, one JSON
+line per write(2) on an ``O_APPEND`` descriptor: a SIGKILL loses at most the line being written, and
+:func:`ascend_tune.precision.reader.read_dump` rebuilds the step from the lines that made it. Statistics are read
+back once at step end (never per op), so a recovered step has names, dtypes and shapes but no Max/Min/Mean/Norm.
+
+Journal lines: ``{"header": {...}}`` first, then ``{"stack": id, "frames": [...]}`` when a new call stack is seen,
+and ``{"name": ..., "data": {...}, "stack"?: id, "parent"?: name}`` for each part of an entry (an entry's parts,
+e.g. a module's forward inputs and outputs, are merged by name).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+JOURNAL = "dump.journal"
+DUMP_JSON, STACK_JSON, CONSTRUCT_JSON = "dump.json", "stack.json", "construct.json"
+TENSOR_DIR = "dump_tensor_data"
+
+
+class StepWriter:
+    """Writes one step's dump into ``rank_dir`` (created here)."""
+
+    def __init__(self, rank_dir: str, header: dict):
+        self.rank_dir = rank_dir
+        os.makedirs(rank_dir, exist_ok=True)
+        self._path = os.path.join(rank_dir, JOURNAL)
+        self._fd = os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        self.append({"header": header})
+
+    def append(self, record: dict) -> None:
+        """Add one line to the journal (one write, so a killed process leaves whole lines)."""
+        if self._fd is None:
+            return
+        line = json.dumps(record, separators=(",", ":"), allow_nan=True, default=str) + "\n"
+        os.write(self._fd, line.encode("utf-8"))
+
+    def append_raw(self, line: str) -> None:
+        """Add one line already encoded as JSON (ending in a newline)."""
+        if self._fd is not None:
+            os.write(self._fd, line.encode("utf-8"))
+
+    def finish(self, dump: dict, stack: dict, construct: dict) -> None:
+        """Write the JSON index atomically (dump.json last: its presence marks a complete step), drop the journal."""
+        self._close()
+        write_json_atomic(os.path.join(self.rank_dir, STACK_JSON), stack)
+        write_json_atomic(os.path.join(self.rank_dir, CONSTRUCT_JSON), construct)
+        write_json_atomic(os.path.join(self.rank_dir, DUMP_JSON), dump)
+        os.remove(self._path)
+
+    def _close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def write_json_atomic(path: str, payload: Any) -> None:
+    """Write JSON through a temporary file and ``os.replace``, so a reader never sees half a file.
+
+    One line per key of the top object, and per entry of a ``data`` object (dump.json): readable and greppable,
+    and each line is encoded by json's C encoder (``json.dump`` with ``indent`` runs the pure-Python one, which
+    costs more than the step it describes). Non-finite statistics are written as bare ``NaN`` / ``Infinity``, as
+    msprobe writes them (Python's json reads them back).
+    """
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(_lines(payload) if isinstance(payload, dict) else _encode(payload))
+        fh.write("\n")
+    os.replace(tmp, path)
+
+
+def _encode(value: Any) -> str:
+    return json.dumps(value, allow_nan=True, default=str)
+
+
+def _lines(obj: dict) -> str:
+    if not obj:
+        return "{}"
+    parts = []
+    for key, value in obj.items():
+        if key == "data" and isinstance(value, dict) and value:
+            inner = ",\n".join(f"  {_encode(k)}: {_encode(v)}" for k, v in value.items())
+            parts.append(f" {_encode(key)}: {{\n{inner}\n }}")
+        else:
+            parts.append(f" {_encode(key)}: {_encode(value)}")
+    return "{\n" + ",\n".join(parts) + "\n}"

@@ -1,0 +1,173 @@
+"""Device-driven tuning for the block: a faster optimizer implementation in place, and the NPU's compile mode.
+
+``TrainingMonitor(tune=...)`` takes ``True`` (the default), ``False``, a dict or a :class:`TuneConfig`; with the
+option not given, ``ASCEND_TUNE_TUNE=0|1|force`` decides. Every decision, taken or refused, is logged through the
+``ascend_tune`` logger with its reason and written to ``tuning.json`` in ``log_dir`` (rank 0); ``summary.json``
+gets the short form under ``"tuning"``. Everything is undone when the block ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import logging
+import os
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Optional
+
+from ..callbacks import Callback
+from ..errors import ConfigError
+
+# torch-heavy modules (device, metrics, compile_mode, optimizer_swap) are imported where they are used, so that
+# `ascend-tune shapes`, which lives in this package, starts without importing torch
+
+__all__ = ["TuneConfig", "TuningCallback", "build_callback", "ENV_TUNE"]
+
+ENV_TUNE = "ASCEND_TUNE_TUNE"
+OPTIMIZER_MODES = ("auto", "force", "off")
+logger = logging.getLogger("ascend_tune")
+
+
+@dataclass(frozen=True)
+class TuneConfig:
+    """What tuning does in the block.
+
+    optimizer: ``"auto"`` swap to the fastest legal implementation but keep an explicit ``foreach``/``fused``;
+        ``"force"`` also override those; ``"off"`` (or False) leave the optimizer alone.
+    jit_compile: on an NPU, ``False`` sets binary kernels (``set_compile_mode(jit_compile=False)``), ``True``
+        online compilation, ``None`` leaves the runtime alone.
+    measure: on a CPU, time the legal variants on clones of the parameters when that is cheap (else use fused, then
+        foreach); ``False`` makes the choice by rule only, the same in every run.
+    """
+
+    optimizer: str = "auto"
+    jit_compile: Optional[bool] = False
+    measure: bool = True
+
+    def __post_init__(self) -> None:
+        if self.optimizer is True:
+            object.__setattr__(self, "optimizer", "auto")
+        elif self.optimizer is False:
+            object.__setattr__(self, "optimizer", "off")
+        if self.optimizer not in OPTIMIZER_MODES:
+            raise ConfigError(
+                f"tune optimizer must be one of {', '.join(map(repr, OPTIMIZER_MODES))} (or True / False), "
+                f"got {self.optimizer!r}"
+            )
+        if self.jit_compile not in (None, True, False):
+            raise ConfigError(f"tune jit_compile must be None, True or False, got {self.jit_compile!r}")
+        if not isinstance(self.measure, bool):
+            raise ConfigError(f"tune measure must be True or False, got {self.measure!r}")
+
+    @property
+    def enabled(self) -> bool:
+        """Whether tuning would touch anything."""
+        return self.optimizer != "off" or self.jit_compile is not None
+
+    @classmethod
+    def from_any(cls, value: Any) -> TuneConfig:
+        """A TuneConfig from a TuneConfig, a dict of its fields, True / None (the defaults) or False (nothing)."""
+        if isinstance(value, cls):
+            return value
+        if value is None or value is True:
+            return cls()
+        if value is False:
+            return cls(optimizer="off", jit_compile=None)
+        if isinstance(value, dict):
+            names = [f.name for f in fields(cls)]
+            for key in value:
+                if key not in names:
+                    close = difflib.get_close_matches(str(key), names, n=1)
+                    hint = f"; did you mean {close[0]!r}?" if close else f"; valid keys: {', '.join(names)}"
+                    raise ConfigError(f"tune has no option {key!r}{hint}")
+            return cls(**value)
+        raise ConfigError(
+            f"tune must be True, False, a dict or a TuneConfig, got {type(value).__name__}; "
+            "e.g. tune=dict(optimizer='force', jit_compile=False)"
+        )
+
+
+def _from_environment() -> Any:
+    raw = os.environ.get(ENV_TUNE, "").strip().lower()
+    if raw in ("", "1", "true", "on", "yes"):
+        return True
+    if raw in ("0", "false", "off", "no"):
+        return False
+    if raw == "force":
+        return {"optimizer": "force"}
+    raise ConfigError(f"{ENV_TUNE}={raw!r} is not understood; use 0, 1 or force, or unset it")
+
+
+def build_callback(value: Any, mon: Any) -> Optional[TuningCallback]:
+    """The monitor's factory for ``tune=``: None (option not given) reads ``ASCEND_TUNE_TUNE``, default on."""
+    config = TuneConfig.from_any(_from_environment() if value is None else value)
+    return TuningCallback(config) if config.enabled else None
+
+
+class TuningCallback(Callback):
+    """Sets the compile mode, then swaps the optimizer, at the block's start; both come back at its end."""
+
+    name = "tuning"
+
+    def __init__(self, config: TuneConfig):
+        self.config = config
+        self._record: dict = {}
+        self._swap: Optional[Any] = None  # an optimizer_swap.OptimizerSwap once on_enter has run
+
+    def on_enter(self, mon: Any, stack: contextlib.ExitStack) -> None:
+        """Tune before the first step; the final tuning.json is written after everything is restored."""
+        from .. import device
+        from ..metrics import write_json_atomic
+        from . import compile_mode, optimizer_swap
+
+        path = os.path.join(mon.log_dir, "tuning.json") if mon.rank == 0 else None
+        if path is not None:
+            stack.callback(self._write_final, path)  # registered first, so it runs after the undos below
+        kind = mon.device.kind
+        npu = device.torch_npu_module()
+        # first of all: the compile mode applies to operators compiled after it, so before the probes below
+        compiled = compile_mode.set_for_block(stack, self.config.jit_compile, npu, kind)
+        models = tuple(mon.model) if isinstance(mon.model, (list, tuple)) else (mon.model,)
+        try:
+            self._swap = optimizer_swap.swap_in_place(
+                stack, mon.optimizer, device_kind=kind, mode=self.config.optimizer, measure=self.config.measure,
+                models=models, npu=npu, world_size=mon.world_size,
+            )
+        except Exception as exc:  # a faster optimizer is never worth a training run; the undo is on the stack
+            name = type(mon.optimizer).__name__
+            reason = (f"the optimizer swap failed (what it changed is undone at the block's end): "
+                      f"{type(exc).__name__}: {exc}")
+            mon.warn(f"tune optimizer {name}: {reason}")
+            self._swap = optimizer_swap.OptimizerSwap(optimizer_swap.OptimizerDecision(name, "failed", None, reason))
+        decision = self._swap.decision
+        self._record = {"device": kind, "config": asdict(self.config), "compile_mode": compiled}
+        logger.info("ascend_tune: tune compile mode: %s (%s)", compiled["action"], compiled["reason"])
+        logger.info("ascend_tune: tune optimizer %s: %s %s (%s)", decision.optimizer, decision.action,
+                    decision.variant or "", decision.reason)
+        for variant, why in decision.refused.items():
+            logger.info("ascend_tune: tune optimizer: not %s: %s", variant, why)
+        if compiled["action"] == "failed":
+            mon.warn(compiled["reason"])
+        if path is not None:
+            write_json_atomic(path, self._report())
+
+    def summary(self) -> Optional[dict]:
+        """The short form for summary.json: what runs during the block."""
+        if self._swap is None:
+            return None
+        decision = self._swap.decision
+        return {
+            "optimizer": {"action": decision.action, "variant": decision.variant, "reason": decision.reason},
+            "compile_mode": {k: v for k, v in self._record["compile_mode"].items() if k in ("action", "jit_compile")},
+        }
+
+    def _report(self) -> dict:
+        return {**self._record, "optimizer": self._swap.report() if self._swap else None}
+
+    def _write_final(self, path: str) -> None:
+        from ..metrics import write_json_atomic
+
+        try:
+            write_json_atomic(path, self._report())
+        except OSError as exc:  # the block is over; losing the final copy must not hide the loop's own outcome
+            logger.warning("ascend_tune: could not update %s: %s", path, exc)

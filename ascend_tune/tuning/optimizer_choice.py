@@ -1,0 +1,374 @@
+"""Which optimizer implementation to run on this device, each candidate tried on probes before it is chosen.
+
+Order (the first legal one wins): npu: torch's ``fused=True`` where torch_npu runs it (AdamW), else the matching
+``torch_npu.optim.NpuFused*`` when every parameter is float32/float16 and every hyper-parameter is one it takes, else
+leave it; cuda: ``fused=True``, else ``foreach=True``; cpu: the fastest of for-loop / foreach / fused, timed on clones
+of the real parameters when that is cheap, else fused, else foreach. A candidate is legal when an optimizer of the
+user's class and hyper-parameters with its flags builds and steps on tiny tensors of the parameters' dtypes and
+devices (torch raises for unsupported combinations, and which ones differ between versions and devices).
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, Callable, Optional
+
+import torch
+
+from .. import capture
+
+FOR_LOOP, FOREACH, FUSED = "for-loop", "foreach", "fused"
+VARIANT_FLAGS = {
+    FOR_LOOP: {"foreach": False, "fused": False},
+    FOREACH: {"foreach": True, "fused": False},
+    FUSED: {"foreach": False, "fused": True},
+}
+FLAG_KEYS = ("foreach", "fused")
+
+# torch_npu documents torch's own fused=True only for AdamW (docs/zh/api/native_api/pytorch_2-11-0/torch-optim.md).
+NPU_TORCH_FUSED = ("AdamW",)
+# torch.optim class -> its torch_npu.optim counterpart (notes/anchors-ascend.md §4.1).
+NPU_FUSED_CLASSES = {
+    "SGD": "NpuFusedSGD",
+    "Adam": "NpuFusedAdam",
+    "AdamW": "NpuFusedAdamW",
+    "Adadelta": "NpuFusedAdadelta",
+    "RMSprop": "NpuFusedRMSprop",
+}
+NPU_FUSED_DTYPES = (torch.float32, torch.float16)
+
+# Timing on clones costs a copy of the parameters and a few steps of each variant, once per run: it is done when
+# the copy is small (16 MB of fp32), and each variant gets a share of the budget. Small sets get up to ten timed
+# steps per variant, whose best is robust to a busy machine.
+MEASURE_MAX_ELEMENTS = 4_000_000
+MEASURE_BUDGET_S = 0.03
+MEASURE_MAX_STEPS = 10
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The implementation to run and why; ``npu_class`` set for an NpuFused* class swap."""
+
+    variant: Optional[str]
+    reason: str
+    refused: dict
+    measured_ms: Optional[dict] = None
+    npu_class: Optional[type] = None
+
+
+def plan(optimizer: torch.optim.Optimizer, device_kind: str, measure: bool, models: tuple,
+         npu: Optional[ModuleType], world_size: int) -> Plan:
+    """The implementation ``optimizer`` should run on ``device_kind``, with the reason and every refusal.
+
+    Parameters:
+        optimizer: the user's optimizer, untouched (probes and timing use other tensors).
+        device_kind: ``npu`` | ``cuda`` | ``cpu``.
+        measure: on cpu, time the legal variants on clones of the parameters when that is cheap.
+        models: the modules being trained, to name parameters in reasons and to see sparse embeddings.
+        npu: the imported torch_npu when running on an NPU.
+        world_size: ranks in the job; with more than one nothing is timed, so every rank picks the same variant.
+    """
+    return _Planner(optimizer, device_kind, measure, models, npu, world_size).plan()
+
+
+class _Planner:
+    """Decides which implementation the optimizer should run, trying each candidate on probes first."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, kind: str, measure: bool, models: tuple,
+                 npu: Optional[ModuleType], world_size: int):
+        self.optimizer = optimizer
+        self.name = type(optimizer).__name__
+        self.kind = kind
+        self.measure = measure
+        self.models = models
+        self.npu = npu
+        self.world_size = world_size
+        self.keys = [k for k in FLAG_KEYS if k in optimizer.param_groups[0]]
+        self.refused: dict = {}
+
+    def plan(self) -> Plan:
+        if self.kind == "npu":
+            return self._plan_npu()
+        if not self.keys:
+            return Plan(None, f"{self.name} has no foreach / fused implementation in torch: left as built", {})
+        if self.kind == "cuda":
+            for variant in (FUSED, FOREACH):
+                if self._legal(variant):
+                    return Plan(variant, f"{_said(variant)}: the first of fused, foreach that {self.name} runs on "
+                                 "cuda (checked with a probe step)", self.refused)
+            return Plan(None, f"neither fused nor foreach runs for {self.name} here: left as built", self.refused)
+        return self._plan_cpu()
+
+    def _plan_cpu(self) -> Plan:
+        why_not = self._why_not_measured()
+        if why_not is None:
+            measured, failed = _measure(self.optimizer, self._candidates(), self.keys)
+            self.refused.update(failed)
+            if measured:
+                best = min(measured, key=measured.get)
+                ms = {v: round(t * 1e3, 4) for v, t in measured.items()}
+                others = ", ".join(f"{v} {ms[v]:.3g} ms" for v in measured if v != best)
+                n = sum(len(g["params"]) for g in self.optimizer.param_groups)
+                reason = (f"{_said(best)}: measured fastest per step on clones of the {n} parameters "
+                          f"({ms[best]:.3g} ms; {others or 'no other variant ran'})")
+                for variant in measured:
+                    if variant != best:
+                        self.refused.setdefault(variant, f"measured slower ({ms[variant]:.3g} ms)")
+                return Plan(best, reason, self.refused, ms)
+            why_not = "every variant failed on clones"
+        for variant in (FUSED, FOREACH):
+            if self._legal(variant):
+                return Plan(variant, f"{_said(variant)}: legal here (checked with a probe step); not timed because "
+                             f"{why_not} (fused does fewer passes over memory than foreach on CPU)", self.refused)
+        return Plan(None, f"neither fused nor foreach runs for {self.name} here: left as built", self.refused)
+
+    def _candidates(self) -> list:
+        out = []
+        for variant in (FUSED, FOREACH):
+            reason = self._static_refusal(variant)
+            if reason is None:
+                out.append(variant)
+            else:
+                self.refused[variant] = reason
+        return out + [FOR_LOOP]
+
+    def _why_not_measured(self) -> Optional[str]:
+        if not self.measure:
+            return "measure=False"
+        if self.world_size > 1:
+            return f"{self.world_size} ranks must all pick the same variant"
+        params = [p for g in self.optimizer.param_groups for p in g["params"]]
+        if any(p.device.type != "cpu" for p in params):
+            return "some parameters are not on the CPU"
+        total = sum(p.numel() for p in params)
+        if total > MEASURE_MAX_ELEMENTS:
+            return f"{total} parameter elements are more than the {MEASURE_MAX_ELEMENTS} worth cloning"
+        return None
+
+    def _plan_npu(self) -> Plan:
+        if self.name in NPU_TORCH_FUSED and "fused" in self.keys and self._legal(FUSED):
+            return Plan(FUSED, f"fused=True: torch_npu runs torch's own fused {self.name} on the NPU "
+                         "(checked with a probe step)", self.refused)
+        if self.name not in NPU_TORCH_FUSED:
+            self.refused[FUSED] = f"torch_npu runs torch's fused=True only for {', '.join(NPU_TORCH_FUSED)}"
+        npu_name = NPU_FUSED_CLASSES.get(self.name)
+        if npu_name is None:
+            return Plan(None, f"left as built: torch_npu.optim has no NpuFused counterpart of {self.name}",
+                         self.refused)
+        npu_class = getattr(getattr(self.npu, "optim", None), npu_name, None)
+        if npu_class is None:
+            return Plan(None, f"left as built: this torch_npu has no torch_npu.optim.{npu_name}", self.refused)
+        refusal = self._npu_class_refusal(npu_class)
+        if refusal is not None:
+            self.refused[npu_name] = refusal
+            return Plan(None, f"left as built: {refusal}", self.refused)
+        kept = ", ".join(_npu_hyper_names(npu_class))
+        return Plan(npu_name, f"swapped to torch_npu.optim.{npu_name}: every parameter is float32/float16 and every "
+                     f"hyper-parameter ({kept}) is one it takes; on an NPU one fused update replaces "
+                     "several small ops per parameter, whose dispatch is the bottleneck", self.refused,
+                     npu_class=npu_class)
+
+    def _legal(self, variant: str) -> bool:
+        reason = self._static_refusal(variant)
+        if reason is None:
+            reason = _probe(self.optimizer, {k: v for k, v in VARIANT_FLAGS[variant].items() if k in self.keys})
+        if reason is not None:
+            self.refused[variant] = reason
+        return reason is None
+
+    def _static_refusal(self, variant: str) -> Optional[str]:
+        key = "fused" if variant == FUSED else "foreach"
+        if key not in self.keys:
+            return f"{self.name} has no {key} implementation in torch"
+        if variant == FUSED:
+            sparse = _sparse_embedding(self.models)
+            if sparse:
+                return f"{sparse} makes sparse gradients, which fused kernels do not take"
+        return None
+
+    def _npu_class_refusal(self, npu_class: type) -> Optional[str]:
+        optimizer, npu_name = self.optimizer, npu_class.__name__
+        if type(optimizer) is not getattr(torch.optim, self.name, None):
+            return f"{type(optimizer).__qualname__} is a subclass; swapping its class would drop its own methods"
+        sparse = _sparse_embedding(self.models)
+        if sparse:
+            return f"{sparse} makes sparse gradients, which {npu_name} cannot combine"
+        names = _param_names(self.models)
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                if p.dtype not in NPU_FUSED_DTYPES:
+                    label = repr(names[id(p)]) if id(p) in names else f"a {tuple(p.shape)} parameter"
+                    return (f"parameter {label} is {p.dtype}; {npu_name} accepts only float32 / float16 parameters "
+                            "(torch_npu raises TypeError for others)")
+        refusal = _hyper_refusal(optimizer, npu_class)
+        if refusal is not None:
+            return refusal
+        instance_step = vars(optimizer).get("step")
+        if instance_step is not None and not getattr(instance_step, "_wrapped_by_lr_sched", False):
+            by = getattr(instance_step, "__qualname__", repr(instance_step))
+            return f"optimizer.step is replaced on the object by {by}, which would bypass a class swap"
+        try:
+            npu_template(optimizer, npu_class)
+        except Exception as exc:  # the constructor's own checks (ValueError, TypeError) say what it refuses
+            return f"{npu_name} refused the hyper-parameters: {type(exc).__name__}: {exc}"
+        return None
+
+
+def _said(variant: str) -> str:
+    return {FUSED: "fused=True", FOREACH: "foreach=True", FOR_LOOP: "the for-loop"}[variant]
+
+
+def variant_of(flags: dict) -> str:
+    if flags.get("fused"):
+        return FUSED
+    if flags.get("foreach"):
+        return FOREACH
+    return FOR_LOOP
+
+
+def flags_of(optimizer: torch.optim.Optimizer) -> dict:
+    """The ``foreach``/``fused`` flags of the param groups (the first explicit value of each across groups)."""
+    out = {}
+    for key in FLAG_KEYS:
+        values = [g[key] for g in optimizer.param_groups if key in g]
+        if values:
+            out[key] = next((v for v in values if v is not None), None)
+    return out
+
+
+def _modules(models: tuple) -> list:
+    return [m for m in models if isinstance(m, torch.nn.Module)]
+
+
+def _sparse_embedding(models: tuple) -> Optional[str]:
+    for model in _modules(models):
+        for name, module in model.named_modules():
+            if isinstance(module, (torch.nn.Embedding, torch.nn.EmbeddingBag)) and module.sparse:
+                return f"{name or type(module).__name__} (sparse=True)"
+    return None
+
+
+def _param_names(models: tuple) -> dict:
+    return {id(p): name for model in _modules(models) for name, p in model.named_parameters()}
+
+
+def _init_params(cls: type) -> Optional[set]:
+    """The keyword parameters of ``cls.__init__`` besides ``params`` (None when it takes ``**kwargs``)."""
+    params = inspect.signature(cls.__init__).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return None
+    return {n for n in params if n not in ("self", "params")}
+
+
+def _npu_hyper_names(npu_class: type) -> list:
+    return sorted(_init_params(npu_class) or ())
+
+
+def _hyper_refusal(optimizer: torch.optim.Optimizer, npu_class: type) -> Optional[str]:
+    """Why the NpuFused class cannot run these param groups: an option it lacks set away from torch's default."""
+    takes = _init_params(npu_class) or set()
+    torch_defaults = {
+        n: p.default for n, p in inspect.signature(type(optimizer).__init__).parameters.items()
+        if p.default is not inspect.Parameter.empty
+    }
+    for group in optimizer.param_groups:
+        for key, value in group.items():
+            if key == "params" or key in FLAG_KEYS:
+                continue
+            if isinstance(value, torch.Tensor) or (
+                isinstance(value, tuple) and any(isinstance(v, torch.Tensor) for v in value)
+            ):
+                return f"{key} is a Tensor; {npu_class.__name__} takes plain numbers"
+            if key not in takes and key in torch_defaults and value != torch_defaults[key]:
+                return f"{key}={value!r} has no equivalent in {npu_class.__name__}"
+            # other keys (initial_lr from an LR scheduler, a user's "name") ride along in the group untouched
+    return None
+
+
+def npu_template(optimizer: torch.optim.Optimizer, npu_class: type) -> torch.optim.Optimizer:
+    """An NpuFused optimizer over the same params and hyper-parameters; its constructor validates them."""
+    takes = _init_params(npu_class) or set()
+    groups = [{**{k: v for k, v in g.items() if k in takes}, "params": g["params"]} for g in optimizer.param_groups]
+    return npu_class(groups, **{k: v for k, v in groups[0].items() if k != "params"})
+
+
+# --- probing and timing -------------------------------------------------------------------------------------------
+
+
+def _build_like(optimizer: torch.optim.Optimizer, params_by_group: list, flags: dict) -> torch.optim.Optimizer:
+    """An optimizer of the user's class and hyper-parameters with ``flags``, over other tensors."""
+    accepted = _init_params(type(optimizer))
+    groups = []
+    for group, params in zip(optimizer.param_groups, params_by_group):
+        hyper = {k: v for k, v in group.items() if k != "params" and (accepted is None or k in accepted)}
+        groups.append({**hyper, **flags, "params": params})
+    # the constructor's own checks (fused with differentiable, Tensor lr with foreach, ...) read its arguments
+    return type(optimizer)(groups, **{k: v for k, v in groups[0].items() if k != "params"})
+
+
+def _unhooked_step(optimizer: torch.optim.Optimizer) -> Callable[[], Any]:
+    """``optimizer.step`` without torch's hook wrapper: a probe must not look like a training step to any hook."""
+    step = type(optimizer).step
+    if getattr(step, "hooked", False):
+        step = getattr(step, "__wrapped__", step)
+    return lambda: step(optimizer)
+
+
+def _probe_tensor(like: torch.Tensor) -> torch.Tensor:
+    t = torch.zeros(4, dtype=like.dtype, device=like.device)
+    t.grad = torch.full_like(t, 1e-3)
+    return t
+
+
+def _probe(optimizer: torch.optim.Optimizer, flags: dict) -> Optional[str]:
+    """Why ``flags`` cannot run here, found by one step on a tiny tensor per dtype and device; None when it runs."""
+    params_by_group = []
+    for group in optimizer.param_groups:
+        kinds = {(p.dtype, p.device): p for p in group["params"]}
+        params_by_group.append([_probe_tensor(p) for p in kinds.values()])
+    try:
+        with capture.internal():
+            _unhooked_step(_build_like(optimizer, params_by_group, flags))()
+    except Exception as exc:  # torch raises RuntimeError / ValueError / TypeError for unsupported combinations
+        return f"{type(exc).__name__}: {exc}".splitlines()[0]
+    return None
+
+
+def _measure(optimizer: torch.optim.Optimizer, variants: list, keys: list) -> tuple[dict, dict]:
+    """Seconds per step of each variant on clones of the parameters (the best of its timed steps), and why any
+    variant failed.
+
+    Each variant runs its steps back to back, as training does: interleaving them would let the thread pool of a
+    multi-threaded fused kernel go cold between its steps and time the wake-up instead of the kernel. A variant
+    stops after its share of the budget (at least one timed step). The user's parameters, gradients, state and
+    random generator are untouched: clones get constant gradients.
+    """
+    clones = []
+    for group in optimizer.param_groups:
+        row = []
+        for p in group["params"]:
+            c = p.detach().clone()
+            c.grad = torch.full_like(c, 1e-3)
+            row.append(c)
+        clones.append(row)
+    best, failed = {}, {}
+    share = MEASURE_BUDGET_S / len(variants)
+    with capture.internal():
+        for variant in variants:
+            flags = {k: v for k, v in VARIANT_FLAGS[variant].items() if k in keys}
+            try:
+                step = _unhooked_step(_build_like(optimizer, clones, flags))
+                step()  # allocates the state (and may start the thread pool): the variant's probe, not timed
+            except Exception as exc:
+                failed[variant] = f"{type(exc).__name__}: {exc}".splitlines()[0]
+                continue
+            times: list = []
+            while len(times) < MEASURE_MAX_STEPS and sum(times) < share:
+                t0 = time.perf_counter()
+                step()
+                times.append(time.perf_counter() - t0)
+            best[variant] = min(times)
+    return best, failed

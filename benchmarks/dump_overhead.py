@@ -1,0 +1,172 @@
+"""Cost of a statistics dump per dumped step: the built-in engine at L0 / L1 / mix against msprobe, as ratios to
+the bare step.
+
+Models: a tiny MLP (3 Linear + ReLU, batch 16 x 32, the model msprobe was measured on in
+notes/backends-on-cpu.md) and a small CNN (2 conv blocks with BatchNorm and in-place ReLU,
+then a Linear; batch 32 of 3x32x32), one thread. Each mode trains the same steps; the figure is the median step
+time over the timed steps (the first ones warm up), as a ratio to the bare loop's median measured in the same
+process. Step time is the process's CPU time (user + system, file writes included), which other processes on a
+shared machine do not inflate the way they inflate wall time; modes are interleaved over repeats and the best
+repeat counts (background load only ever adds). The built-in modes dump every step (``steps=[]``); "outside"
+selects only step 0 and times the steps after it, the cost of having the option on. msprobe runs the same task /
+level with the same start / stop / step bracketing in a process of its own (it patches torch for good), with its
+own bare baseline.
+Goal: built-in L1 <= 3x bare, and a dumped step >= 10x cheaper than msprobe's at the same level.
+Usage: python benchmarks/dump_overhead.py [--steps 30] [--warmup 5] [--repeats 3] [--no-msprobe]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+LEVELS = ("L0", "L1", "mix")
+
+
+def make_model(kind: str) -> tuple:
+    torch.manual_seed(0)
+    if kind == "mlp":  # the model of notes/backends-on-cpu.md's msprobe measurement
+        model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 4))
+        x, y = torch.randn(16, 32), torch.randint(0, 4, (16,))
+    else:
+        model = nn.Sequential(
+            nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(inplace=True), nn.MaxPool2d(2),
+            nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(inplace=True), nn.AdaptiveAvgPool2d(4),
+            nn.Flatten(), nn.Linear(32 * 16, 10),
+        )
+        x, y = torch.randn(32, 3, 32, 32), torch.randint(0, 10, (32,))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    return model, optimizer, x, y
+
+
+def timed_steps(model, optimizer, x, y, steps: int, around=None) -> list:
+    """Per-step CPU times of this process; ``around`` brackets each step (msprobe's start / stop / step)."""
+    times = []
+    for step in range(steps):
+        start = time.process_time()
+        if around is not None:
+            around.begin(step)
+        loss = F.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if around is not None:
+            around.end(step)
+        times.append(time.process_time() - start)
+    return times
+
+
+def run_bare(kind: str, steps: int) -> list:
+    return timed_steps(*make_model(kind), steps)
+
+
+def run_builtin(kind: str, steps: int, level: str, out: str, selected: Any) -> list:
+    from ascend_tune import TrainingMonitor
+
+    model, optimizer, x, y = make_model(kind)
+    precision = None if selected == "off" else dict(
+        task="statistics", level=level, steps=selected, backend="builtin", dump_path=out
+    )
+    with TrainingMonitor(model, optimizer, log_dir=out, quiet=True, warmup_steps=0, tune=False, precision=precision):
+        return timed_steps(model, optimizer, x, y, steps)
+
+
+def median_ms(times: list, warmup: int) -> float:
+    return 1000 * statistics.median(times[warmup:])
+
+
+class _MsprobeBracket:
+    def __init__(self, debugger, model):
+        self.debugger, self.model = debugger, model
+
+    def begin(self, step):
+        self.debugger.start(model=self.model)
+
+    def end(self, step):
+        self.debugger.stop()
+        self.debugger.step()
+
+
+def msprobe_worker(kind: str, level: str, steps: int, warmup: int) -> None:
+    """In its own process: the bare loop first, then the same loop dumped by msprobe; prints JSON."""
+    torch.set_num_threads(1)
+    bare = median_ms(run_bare(kind, steps), warmup)
+    from msprobe.pytorch import PrecisionDebugger
+
+    model, optimizer, x, y = make_model(kind)
+    with tempfile.TemporaryDirectory() as out:
+        debugger = PrecisionDebugger(task="statistics", dump_path=out, level=level, step=[])
+        dumped = median_ms(timed_steps(model, optimizer, x, y, steps, _MsprobeBracket(debugger, model)), warmup)
+    print(json.dumps({"bare_ms": bare, "dump_ms": dumped}))
+
+
+def msprobe_figures(kind: str, level: str, steps: int, warmup: int) -> dict:
+    cmd = [sys.executable, os.path.abspath(__file__), "--msprobe-worker", kind, level, "--steps", str(steps),
+           "--warmup", str(warmup)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"msprobe worker failed: {proc.stderr[-2000:]}")
+    return json.loads(lines[-1])
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--no-msprobe", action="store_true", help="skip the msprobe rows")
+    parser.add_argument("--msprobe-worker", nargs=2, metavar=("MODEL", "LEVEL"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.msprobe_worker:
+        msprobe_worker(*args.msprobe_worker, args.steps, args.warmup)
+        return 0
+    torch.set_num_threads(1)
+    from ascend_tune.precision.backends import msprobe_installed
+
+    with_msprobe = not args.no_msprobe and msprobe_installed()
+    print(f"dump_overhead: statistics task, {args.steps} steps ({args.warmup} warm-up) x {args.repeats} repeats, "
+          "1 thread; best median step of the repeats, as a ratio to the bare step")
+    for kind in ("mlp", "cnn"):
+        run_bare(kind, args.warmup)  # warm the allocator and kernels once
+        modes = {"bare": None, "monitor": "off", "outside": [0], **{level: [] for level in LEVELS}}
+        best = {name: float("inf") for name in modes}
+        with tempfile.TemporaryDirectory() as tmp:
+            for rep in range(args.repeats):
+                order = list(modes) if rep % 2 == 0 else list(reversed(modes))  # machine noise hits all alike
+                for name in order:
+                    if name == "bare":
+                        times = run_bare(kind, args.steps)
+                    else:
+                        level = name if name in LEVELS else "mix"
+                        times = run_builtin(kind, args.steps, level, os.path.join(tmp, f"{name}{rep}"), modes[name])
+                    best[name] = min(best[name], median_ms(times, args.warmup))
+        bare = best["bare"]
+        print(f"  {kind}: bare step {bare:.2f} ms")
+        print(f"    {'monitor, no precision':<42} {best['monitor'] / bare:6.2f}x bare")
+        print(f"    {'builtin mix, steps outside the selection':<42} {best['outside'] / bare:6.2f}x bare")
+        for level in LEVELS:
+            ours = best[level] / bare
+            line = f"    {'builtin ' + level:<42} {ours:6.2f}x bare"
+            if with_msprobe:
+                theirs = min((msprobe_figures(kind, level, args.steps, args.warmup) for _ in range(args.repeats)),
+                             key=lambda f: f["dump_ms"] / f["bare_ms"])
+                ratio = theirs["dump_ms"] / theirs["bare_ms"]
+                line += f"   msprobe {ratio:6.2f}x bare   builtin {ratio / ours:5.1f}x cheaper"
+            print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,184 @@
+"""Tuning on a CPU: the optimizer runs foreach / fused in place, trains as before, is restored at the end."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ascend_tune import AscendTuneError, TrainingMonitor
+from ascend_tune.testing.models import TinyMLP, synthetic_classification
+from ascend_tune.tuning import TuneConfig
+
+X, Y = synthetic_classification(n=64).tensors
+
+OPTIMIZERS = {
+    "sgd-momentum": (torch.optim.SGD, {"lr": 0.1, "momentum": 0.9, "weight_decay": 1e-4}, "fused"),
+    "adamw": (torch.optim.AdamW, {"lr": 1e-2}, "fused"),
+    "adagrad": (torch.optim.Adagrad, {"lr": 0.1}, "fused"),
+    "rmsprop": (torch.optim.RMSprop, {"lr": 1e-2, "momentum": 0.5}, "foreach"),  # torch has no fused RMSprop
+}
+
+
+def steps(model, optimizer, n, scheduler=None):
+    for _ in range(n):
+        optimizer.zero_grad()
+        F.cross_entropy(model(X), Y).backward()
+        optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
+
+
+def pair(cls, kwargs):
+    torch.manual_seed(0)
+    model = TinyMLP()
+    reference = copy.deepcopy(model)
+    return model, cls(model.parameters(), **kwargs), reference, cls(reference.parameters(), **kwargs)
+
+
+def tuning_json(log_dir):
+    return json.loads((log_dir / "tuning.json").read_text())
+
+
+@pytest.mark.parametrize("name", OPTIMIZERS)
+def test_swapped_optimizer_trains_like_the_untouched_one(tmp_path, name):
+    cls, kwargs, variant = OPTIMIZERS[name]
+    model, optimizer, reference, ref_opt = pair(cls, kwargs)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=5, gamma=0.5)  # made before the monitor
+    ref_sched = torch.optim.lr_scheduler.StepLR(ref_opt, step_size=5, gamma=0.5)
+    with TrainingMonitor(model, optimizer, log_dir=tmp_path, quiet=True, tune={"measure": False}):
+        assert optimizer.param_groups[0][variant] is True
+        steps(model, optimizer, 12, scheduler)
+        optimizer.load_state_dict(optimizer.state_dict())  # a checkpoint round trip inside the block
+        assert optimizer.param_groups[0][variant] is True
+        steps(model, optimizer, 8, scheduler)
+    steps(reference, ref_opt, 20, ref_sched)
+    assert optimizer.param_groups[0]["lr"] == ref_opt.param_groups[0]["lr"] == kwargs["lr"] * 0.5**4
+    for got, want in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-7)
+    record = tuning_json(tmp_path)["optimizer"]
+    assert record["action"] == "swapped" and record["variant"] == variant
+    assert "probe" in record["reason"] and record["restored_at_exit"] is True
+
+
+def test_the_user_keeps_flags_class_and_state_after_the_block(tmp_path):
+    model, optimizer, *_ = pair(torch.optim.AdamW, {"lr": 1e-2})
+    with TrainingMonitor(model, optimizer, log_dir=tmp_path, quiet=True, tune={"measure": False}):
+        steps(model, optimizer, 3)
+        saved = optimizer.state_dict()
+        assert optimizer.param_groups[0]["fused"] is True
+    assert type(optimizer) is torch.optim.AdamW
+    assert (optimizer.param_groups[0]["foreach"], optimizer.param_groups[0]["fused"]) == (None, None)
+    assert (saved["param_groups"][0]["foreach"], saved["param_groups"][0]["fused"]) == (None, None)  # checkpoints too
+    assert all(float(s["step"]) == 3 for s in optimizer.state.values())
+    before = [p.detach().clone() for p in model.parameters()]
+    steps(model, optimizer, 1)  # the kept state goes on training with torch's own loop
+    assert all(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+def test_timing_touches_neither_parameters_nor_state_nor_the_random_stream(tmp_path):
+    model, optimizer, *_ = pair(torch.optim.SGD, {"lr": 0.1, "momentum": 0.9})
+    params = [p.detach().clone() for p in model.parameters()]
+    rng = torch.get_rng_state()
+    with TrainingMonitor(model, optimizer, log_dir=tmp_path, quiet=True):
+        assert torch.equal(torch.get_rng_state(), rng)
+        assert all(torch.equal(a, b) and b.grad is None for a, b in zip(params, model.parameters()))
+        assert not optimizer.state
+    record = tuning_json(tmp_path)["optimizer"]
+    assert set(record["measured_ms"]) == {"for-loop", "foreach", "fused"}
+    assert record["variant"] == min(record["measured_ms"], key=record["measured_ms"].get)
+    assert "measured fastest" in record["reason"]
+
+
+@pytest.mark.parametrize("flag", ["foreach", "fused"])
+def test_an_explicit_false_is_the_users_choice_unless_forced(tmp_path, flag):
+    model, optimizer, *_ = pair(torch.optim.SGD, {"lr": 0.1, "momentum": 0.9, flag: False})
+    with TrainingMonitor(model, optimizer, log_dir=tmp_path / "auto", quiet=True):
+        assert (optimizer.param_groups[0]["foreach"], optimizer.param_groups[0]["fused"]) == (
+            (False, None) if flag == "foreach" else (None, False)
+        )
+    record = tuning_json(tmp_path / "auto")["optimizer"]
+    assert record["action"] == "kept" and f"{flag}=False is set explicitly" in record["reason"]
+    assert "force" in record["reason"]
+    with TrainingMonitor(model, optimizer, log_dir=tmp_path / "force", quiet=True,
+                         tune={"optimizer": "force", "measure": False}):
+        assert optimizer.param_groups[0]["fused"] is True
+    assert tuning_json(tmp_path / "force")["optimizer"]["action"] == "swapped"
+    assert optimizer.param_groups[0][flag] is False  # and back to the user's choice
+
+
+def test_tune_false_changes_and_records_nothing(tmp_path, caplog):
+    model, optimizer, *_ = pair(torch.optim.SGD, {"lr": 0.1, "momentum": 0.9})
+    with caplog.at_level("INFO", logger="ascend_tune"):
+        with TrainingMonitor(model, optimizer, log_dir=tmp_path, quiet=True, tune=False):
+            assert (optimizer.param_groups[0]["foreach"], optimizer.param_groups[0]["fused"]) == (None, None)
+            steps(model, optimizer, 2)
+    assert not (tmp_path / "tuning.json").exists()
+    assert "tuning" not in json.loads((tmp_path / "summary.json").read_text())
+    assert not any("ascend_tune: tune " in r.getMessage() for r in caplog.records)
+
+
+def test_every_decision_is_logged_and_summarised(tmp_path, caplog):
+    model, optimizer, *_ = pair(torch.optim.SGD, {"lr": 0.1})
+    with caplog.at_level("INFO", logger="ascend_tune"):
+        with TrainingMonitor(model, optimizer, log_dir=tmp_path, quiet=True, tune={"measure": False}):
+            steps(model, optimizer, 1)
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("tune optimizer SGD: swapped fused" in m for m in messages)
+    assert any("tune compile mode: skipped" in m and "NPU runtime setting" in m for m in messages)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["tuning"]["optimizer"]["variant"] == "fused"
+    assert tuning_json(tmp_path)["compile_mode"]["action"] == "skipped"
+
+
+def test_several_ranks_choose_by_rule_not_by_timing(tmp_path, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    model, optimizer, *_ = pair(torch.optim.SGD, {"lr": 0.1, "momentum": 0.9})
+    with TrainingMonitor(model, optimizer, log_dir=tmp_path, quiet=True):
+        pass
+    record = tuning_json(tmp_path)["optimizer"]
+    assert record["variant"] == "fused" and "measured_ms" not in record
+    assert "2 ranks must all pick the same variant" in record["reason"]
+
+
+def test_optimizers_without_a_faster_path_are_left_with_the_reason(tmp_path):
+    model = TinyMLP()
+    optimizer = torch.optim.LBFGS(model.parameters())
+    with TrainingMonitor(model, optimizer, log_dir=tmp_path, quiet=True):
+        pass
+    record = tuning_json(tmp_path)["optimizer"]
+    assert record["action"] == "kept" and "no foreach / fused implementation" in record["reason"]
+
+
+def test_sparse_embeddings_rule_out_fused(tmp_path):
+    model = nn.Sequential(nn.Embedding(10, 4, sparse=True), nn.Linear(4, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with TrainingMonitor(model, optimizer, log_dir=tmp_path, quiet=True, tune={"measure": False}):
+        model(torch.tensor([[1, 2]])).sum().backward()
+        optimizer.step()
+    record = tuning_json(tmp_path)["optimizer"]
+    assert record["variant"] == "foreach" and "sparse gradients" in record["refused"]["fused"]
+
+
+def test_config_from_any_and_the_environment(tmp_path, monkeypatch):
+    assert TuneConfig.from_any(None) == TuneConfig.from_any(True) == TuneConfig()
+    assert not TuneConfig.from_any(False).enabled
+    assert TuneConfig.from_any({"optimizer": False, "jit_compile": None}).enabled is False
+    assert TuneConfig.from_any({"optimizer": True}).optimizer == "auto"
+    for bad, message in [({"optimiser": "force"}, "did you mean 'optimizer'"), ({"optimizer": "always"}, "one of"),
+                         ({"jit_compile": "no"}, "jit_compile"), ("yes", "True, False, a dict")]:
+        with pytest.raises(AscendTuneError, match=message):
+            TuneConfig.from_any(bad)
+    model, optimizer, *_ = pair(torch.optim.SGD, {"lr": 0.1})
+    monkeypatch.setenv("ASCEND_TUNE_TUNE", "0")
+    with TrainingMonitor(model, optimizer, log_dir=tmp_path / "off", quiet=True):
+        pass
+    assert not (tmp_path / "off" / "tuning.json").exists()
+    monkeypatch.setenv("ASCEND_TUNE_TUNE", "maybe")
+    with pytest.raises(AscendTuneError, match="ASCEND_TUNE_TUNE"):
+        with TrainingMonitor(model, optimizer, log_dir=tmp_path / "bad", quiet=True):
+            pass
