@@ -384,5 +384,6 @@ def test_without_an_optimizer_each_steps_dump_holds_its_backward(tmp_path):
     dump = read_dump(tmp_path / "dump" / "step1")
     # the step's own forward comes first, then its backward (not the previous step's backward, then a forward)
     assert dump.names[0].endswith(".forward")
-    assert dump.names.index("Functional.cross_entropy.0.forward") < dump.names.index("Functional.cross_entropy.0.backward")
+    names = dump.names
+    assert names.index("Functional.cross_entropy.0.forward") < names.index("Functional.cross_entropy.0.backward")
     assert "Functional.linear.0.backward" in dump.names
