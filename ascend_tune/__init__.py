@@ -10,7 +10,8 @@ from ._version import __version__
 from .errors import AscendTuneError
 
 __all__ = [
-    "AscendTuneError", "DeviceInfo", "PrecisionConfig", "TrainingMonitor", "__version__", "detect_device", "seed_all",
+    "AscendTuneError", "DeviceInfo", "PrecisionConfig", "ProfileConfig", "TrainingMonitor", "TuneConfig",
+    "__version__", "detect_device", "seed_all",
 ]
 
 _LAZY = {
@@ -19,6 +20,8 @@ _LAZY = {
     "detect_device": "ascend_tune.device",
     "PrecisionConfig": "ascend_tune.precision.config",
     "seed_all": "ascend_tune.precision.seed",
+    "ProfileConfig": "ascend_tune.profiling",
+    "TuneConfig": "ascend_tune.tuning",
 }
 
 

@@ -8,11 +8,12 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
+from .analysis.report import build_report, write_report
 from .monitor import TrainingMonitor
 from .testing.models import MobileNetV1, synthetic_images
 
 # Two traced steps after the first few, so the demo shows a trace and still runs in seconds.
-DEMO_PROFILE = {"skip_first": 5, "wait": 1, "warmup": 1, "active": 2, "repeat": 1}
+DEMO_PROFILE = {"skip_first": 5, "wait": 1, "warmup": 1, "active": 2, "repeat": 1, "advise": True}
 
 
 def run_demo(
@@ -25,7 +26,8 @@ def run_demo(
 ) -> dict:
     """Train for ``steps`` optimizer steps with the two lines added; returns the paths written, by name.
 
-    ``profile``: the monitor's ``profile=`` option (default: steps 7 and 8 traced; None / False: no trace).
+    ``profile``: the monitor's ``profile=`` option (default: steps 7 and 8 traced and advised on; None / False:
+    no trace). The run ends with its report (``report.html``, ``report.md``), written over an earlier demo's.
     """
     torch.manual_seed(seed)
     model = MobileNetV1(num_classes=10, width=0.25)
@@ -48,5 +50,12 @@ def run_demo(
                 if step >= steps:
                     break
 
-    names = ("log.txt", "metrics.jsonl", "summary.json", "profile")
-    return {name: os.path.join(log_dir, name) for name in names if os.path.exists(os.path.join(log_dir, name))}
+    names = ("log.txt", "metrics.jsonl", "summary.json", "tuning.json", "profile")
+    written = {name: os.path.join(log_dir, name) for name in names if os.path.exists(os.path.join(log_dir, name))}
+    advice = os.path.join(log_dir, "profile", "rank0", "advice.html")
+    if os.path.exists(advice):
+        written["advice.html"] = advice
+    # the demo ends as a user's session would: one page with the curve, the throughput and the advice
+    report = build_report(log_dir)
+    written["report.html"], written["report.md"] = write_report(report, os.path.join(log_dir, "report.html"))
+    return written

@@ -58,6 +58,8 @@ class ProfileConfig:
     max_trace_mb: disk budget of this run's kept traces per rank; None disables the check.
     aic_metrics / profiler_level / l2_cache / data_simplification: torch_npu's ``_ExperimentalConfig`` (NPU only);
     the two names are attributes of ``torch_npu.profiler.AiCMetrics`` / ``ProfilerLevel``.
+    advise: at the end of the block, run the trace advisor on this rank's traces and write ``advice.html`` beside
+    them (findings also go to the log and ``summary.json``).
     """
 
     wait: int = 1
@@ -77,12 +79,13 @@ class ProfileConfig:
     profiler_level: str = "Level1"
     l2_cache: bool = False
     data_simplification: bool = False
+    advise: bool = False
 
     def __post_init__(self) -> None:
         for name, minimum in (("wait", 0), ("warmup", 0), ("active", 1), ("repeat", 0), ("skip_first", 0)):
             _check_int(name, getattr(self, name), minimum)
         for name in ("record_shapes", "profile_memory", "with_stack", "with_modules", "gzip", "l2_cache",
-                     "data_simplification"):
+                     "data_simplification", "advise"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"profile option {name} must be True or False, got {getattr(self, name)!r}")
         if self.out_dir is not None:
@@ -449,6 +452,7 @@ class ProfilerCallback(Callback):
     def __init__(self, config: ProfileConfig):
         self.config = config
         self.session: Optional[StepProfiler] = None
+        self.advice: Any = None  # the advisor's AdviceReport when config.advise ran
         self._boundary: Any = None  # the one-shot forward pre-hook of a step boundary not yet placed
 
     def on_enter(self, mon: Any, stack: contextlib.ExitStack) -> None:
@@ -478,9 +482,32 @@ class ProfilerCallback(Callback):
         self._place_boundary()
         if self.session is not None:
             self.session.stop()
+            if self.config.advise and self.session.traces:
+                self._advise(mon)
 
     def summary(self) -> Optional[dict]:
-        return self.session.summary() if self.session is not None else None
+        if self.session is None:
+            return None
+        out = self.session.summary()
+        if self.advice is not None:
+            out["advice"] = {"html": self.advice.html_path, "findings": len(self.advice.findings),
+                             "exit_code": self.advice.exit_code}
+        return out
+
+    def _advise(self, mon: Any) -> None:
+        from .analysis.advisor import advise_traces
+        from .errors import AscendTuneError
+
+        folder = self.session.rank_dir
+        try:
+            self.advice = advise_traces([t.path for t in self.session.traces], out_dir=folder)
+        except AscendTuneError as exc:  # advice is a bonus: a trace it cannot read must not fail the run
+            mon.warn(f"the trace advisor could not run on {folder}: {exc}")
+            return
+        for finding in self.advice.findings:
+            if finding.severity != "info":
+                mon.warn(f"advisor: {finding.title} (see {self.advice.html_path})")
+        mon.record_event("advice", html=self.advice.html_path, findings=len(self.advice.findings))
 
     def _on_forward(self, module: Any, args: Any) -> None:
         self._place_boundary()

@@ -21,6 +21,11 @@ def test_demo_writes_the_three_outputs_in_the_seed_format(tmp_path, capsys):
     assert len(lines) == 12 and all(SEED_LINE.search(line) for line in lines)
     summary = json.loads((train / "summary.json").read_text())
     assert summary["steps"] == 12 and summary["steady_steps"] == 2
+    # it traces two steps, advises on them, and ends with the run's report
+    assert summary["profile"]["advice"]["html"] == str(train / "profile" / "rank0" / "advice.html")
+    page = (train / "report.html").read_text()
+    assert "data:image/png;base64," in page and "Profiler traces and advice" in page
+    assert str(train / "report.html") in out
 
 
 def test_bad_arguments_give_one_line_and_exit_2():

@@ -6,6 +6,7 @@ import gzip
 import json
 import logging
 import os
+import time
 
 import pytest
 import torch
@@ -241,3 +242,31 @@ def test_config_from_text_reads_every_kind_of_value():
         3, False, 2, None, "/tmp/x")
     assert ProfileConfig.from_any(True) == ProfileConfig() and ProfileConfig.from_any(None) is None
     assert ProfileConfig(skip_first=2, wait=1, warmup=1, active=2, repeat=2).traced_steps(10) == [(14, 15), (18, 19)]
+
+
+class SlowData(torch.utils.data.Dataset):
+    """16 samples, each taking 3 ms to load: 24 ms per batch of 8, a slow loader."""
+
+    def __init__(self, data):
+        self.data = data
+
+    def __len__(self):
+        return len(self.data)
+
+    def __getitem__(self, i):
+        time.sleep(0.003)
+        return self.data[i]
+
+
+def test_advise_runs_the_advisor_on_this_runs_traces_at_exit(setup, tmp_path):
+    model, optimizer, loader = setup
+    slow = torch.utils.data.DataLoader(SlowData(loader.dataset), batch_size=8)
+    train((model, optimizer, slow), tmp_path, steps=10, profile=dict(SCHEDULE, advise=True), tune=False)
+    html = tmp_path / "profile" / "rank0" / "advice.html"
+    assert html.exists() and "Slow DataLoader" in html.read_text()
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["profile"]["advice"]["html"] == str(html) and summary["profile"]["advice"]["findings"] >= 1
+    (event,) = events_of(tmp_path, "advice")
+    assert event["html"] == str(html)
+    warnings = [e["message"] for e in events_of(tmp_path, "warning")]
+    assert any("DataLoader" in m for m in warnings)
