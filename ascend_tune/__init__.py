@@ -10,8 +10,8 @@ from ._version import __version__
 from .errors import AscendTuneError
 
 __all__ = [
-    "AscendTuneError", "DeviceInfo", "PrecisionConfig", "ProfileConfig", "TrainingMonitor", "TuneConfig",
-    "__version__", "detect_device", "seed_all",
+    "AscendTuneError", "DeviceInfo", "PrecisionConfig", "ProfileConfig", "ShapesConfig", "TrainingMonitor",
+    "TuneConfig", "__version__", "detect_device", "seed_all",
 ]
 
 _LAZY = {
@@ -22,6 +22,7 @@ _LAZY = {
     "seed_all": "ascend_tune.precision.seed",
     "ProfileConfig": "ascend_tune.profiling",
     "TuneConfig": "ascend_tune.tuning",
+    "ShapesConfig": "ascend_tune.tuning.shapes",
 }
 
 

@@ -41,6 +41,52 @@ def in_internal() -> bool:
     return getattr(_local, "internal", 0) > 0
 
 
+def remove_function_mode(mode: Any) -> bool:
+    """Remove ``mode`` from torch's function-mode stack wherever it sits, keeping the modes above it in order;
+    False when it is not on the stack (torch has set it aside while its handler runs).
+
+    ``TorchFunctionMode.__exit__`` pops whatever is on top: when undos do not run in push order (a block ending by
+    an exception), popping the top would take another feature's mode off in place of this one.
+    """
+    depth = torch._C._len_torch_function_stack()
+    if not any(torch._C._get_function_stack_at(i) is mode for i in range(depth)):
+        return False
+    above = []
+    while True:
+        top = torch._C._pop_torch_function_stack()
+        if top is mode:
+            break
+        above.append(top)
+    for other in reversed(above):
+        torch._C._push_on_torch_function_stack(other)
+    return True
+
+
+class ModeRemoval:
+    """Takes function modes off torch's stack now, or at the first chance when torch has set one aside.
+
+    Torch sets a mode aside while its handler runs and puts it back afterwards. A step that ends inside a torch call
+    (with no optimizer a step ends in ``loss.backward()``, which reaches the mode) cannot remove it then; the next
+    module call (a one-shot global pre-hook) or an explicit :meth:`retry` (the next step, the block's end) can.
+    """
+
+    def __init__(self) -> None:
+        self._pending: list = []
+        self._hook: Any = None
+
+    def remove(self, mode: Any) -> None:
+        if not remove_function_mode(mode):
+            self._pending.append(mode)
+            if self._hook is None:
+                self._hook = torch.nn.modules.module.register_module_forward_pre_hook(lambda *_: self.retry())
+
+    def retry(self) -> None:
+        self._pending = [m for m in self._pending if not remove_function_mode(m)]
+        if not self._pending and self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+
+
 def patch_backward(
     stack: contextlib.ExitStack, on_loss: Callable[[torch.Tensor], None], on_done: Callable[[], None]
 ) -> None:

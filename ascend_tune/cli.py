@@ -15,6 +15,7 @@ _COMMAND_MODULES: tuple = (
     "ascend_tune.analysis.verdict_cli",
     # precision:
     # tuning:
+    "ascend_tune.tuning.shapes_cli",
     "ascend_tune.analysis.advisor_cli",
     "ascend_tune.analysis.report_cli",
 )

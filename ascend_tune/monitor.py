@@ -474,7 +474,7 @@ _FEATURES: dict = {
     "precision": ("ascend_tune.precision.callback", "build_callback"),
     "seed": ("ascend_tune.precision.seed", "build_callback"),
     "tune": ("ascend_tune.tuning", "build_callback"),
-    # shapes:
+    "shapes": ("ascend_tune.tuning.shapes", "build_shapes_callback"),
 }
 
 

@@ -166,3 +166,13 @@ def test_find_runs_walks_run_folders_like_the_seed(tmp_path):
     assert find_runs(str(tmp_path / "a")) == [str(tmp_path / "a")]
     with pytest.raises(InputError):
         find_runs(str(tmp_path / "notes"))
+
+
+def test_a_stray_parenthesis_between_loss_lines_is_no_line():
+    # found by hypothesis: every marker parsed on the fast path, and a "(" that starts no marker
+    line = "(step=0000000) Train Loss: 0.0000, Train Steps/Sec: 0.0000"
+    raw = "\n".join([line, "(", line, line, line, line.replace("0.0000\x00", "") + " ", "000000000"]).encode()
+    raw = raw.replace(b"Sec: 0.0000 ", b"Sec: 10000.0000 ")
+    steps, losses, rates, markers = log_scan.scan(raw)
+    assert markers == 5 and steps.size == 5
+    assert rates.tolist() == [float(v) for _, _, v in log_scan.LINE.findall(raw)]

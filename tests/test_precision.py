@@ -381,6 +381,8 @@ def test_without_an_optimizer_each_steps_dump_holds_its_backward(tmp_path):
                 for p in model.parameters():
                     p -= 0.1 * p.grad
                     p.grad = None
+    # that step ended inside loss.backward(), with torch holding the dump's mode aside: it is still taken off
+    assert torch._C._len_torch_function_stack() == 0
     dump = read_dump(tmp_path / "dump" / "step1")
     # the step's own forward comes first, then its backward (not the previous step's backward, then a forward)
     assert dump.names[0].endswith(".forward")

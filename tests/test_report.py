@@ -109,3 +109,16 @@ def test_report_reads_the_runs_summary_and_tuning(tmp_path):
     assert main(["report", str(tmp_path), "--no-advise"]) == 0
     md = (tmp_path / "report.md").read_text()
     assert "optimizer: optimizer=SGD" in md and "device: cpu" in md
+
+
+def test_report_tells_fixed_shapes_from_a_detector_that_was_off(tmp_path):
+    torch.manual_seed(0)
+    model = TinyMLP()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = synthetic_classification(n=32).tensors
+    with TrainingMonitor(model, optimizer, log_dir=tmp_path, quiet=True, tune=False, shapes=True):
+        for _ in range(3):
+            F.cross_entropy(model(x), y).backward()
+            optimizer.step()
+    assert main(["report", str(tmp_path), "--no-advise"]) == 0
+    assert "no dynamic shapes" in (tmp_path / "report.md").read_text()

@@ -95,8 +95,8 @@ def _scan(raw: object) -> tuple:
     tail = _tail_marks(raw, limit)
     markers = int(found.sum()) + tail.size
     slow_at = np.concatenate([marks[found & ~parsed], tail])
-    if not slow_at.size:
-        return values[0].astype(np.int64), values[1], values[2], markers, 0
+    if not slow_at.size:  # every marker parsed; rows of a "(" that starts no marker are left out
+        return values[0, parsed].astype(np.int64), values[1, parsed], values[2, parsed], markers, 0
     matched = [(int(q), m.groups()) for q in slow_at.tolist() for m in (LINE.match(raw, q),) if m]
     where = np.array([q for q, _ in matched], dtype=np.int64)
     slow = np.array([[float(v) for v in groups] for _, groups in matched]).reshape(-1, 3).T

@@ -38,7 +38,7 @@ class RunReport:
     throughput: RunThroughput
     comparison: Optional[LossComparison]
     tuning: Optional[dict]
-    shapes: tuple  # rows of shapes.csv (dicts)
+    shapes: Optional[tuple]  # rows of shapes.csv (dicts); None without the file
     traces: tuple  # trace files under profile/
     advice: Any  # analysis.advisor.AdviceReport or None
     dump_steps: tuple  # step numbers with a precision dump
@@ -73,11 +73,14 @@ def build_report(run: str, baseline: Optional[str] = None, threshold: float = 0.
     warmup = int((summary or {}).get("warmup_steps") or 0)
     first_line = int(log.steps[0]) if log.lines else 0
     excluded = int(np.sum(log.steps < first_line + warmup))
+    notes = list(log.notes())
+    if excluded >= log.lines:  # a short run: every line is warm-up, so the statistics take them all
+        notes.append(f"all {log.lines} log lines fall in the {warmup}-step warm-up; throughput is over all of them")
+        excluded = 0
     rates = throughput([log], exclude_first=excluded).runs[0]
     comparison = compare_loss(read_log(baseline), log, threshold=threshold) if baseline else None
     traces = _traces(os.path.join(run, "profile"))
     advice = None
-    notes = list(log.notes())
     if advise and traces:
         from .advisor import advise_traces
 
@@ -104,9 +107,10 @@ def _json_file(path: str) -> Optional[dict]:
         raise InputError(f"{path} is not readable JSON ({exc}); was the run interrupted while writing it?") from None
 
 
-def _shapes(path: str) -> tuple:
+def _shapes(path: str) -> Optional[tuple]:
+    """The dynamic ops of shapes.csv; None when there is no such file (the detector was off)."""
     if not os.path.isfile(path):
-        return ()
+        return None
     with open(path, newline="", encoding="utf-8") as fh:
         return tuple(csv.DictReader(fh))
 
@@ -237,9 +241,11 @@ def _tuning_rows(tuning: Optional[dict]) -> list:
     return rows
 
 
-def _shape_rows(shapes: tuple) -> list:
-    if not shapes:
+def _shape_rows(shapes: Optional[tuple]) -> list:
+    if shapes is None:
         return ["no shapes.csv (the detector was off)"]
+    if not shapes:
+        return ["no dynamic shapes: every op kept its shapes over the watched steps"]
     rows = []
     for row in shapes:
         values = list(row.values())

@@ -106,11 +106,13 @@ class DumpEngine:
         self.handles: list = []
         self._undo: Optional[contextlib.ExitStack] = None
         self._writer: Optional[StepWriter] = None
+        self._mode_removal = capture.ModeRemoval()
 
     # --- lifecycle ---------------------------------------------------------------------------------------------
 
     def start(self, step: int) -> None:
         """Install the mode and hooks and open the step's journal."""
+        self._mode_removal.retry()  # a previous step's mode torch had set aside when that step ended
         self.step = step
         self.rank_dir = os.path.join(self.dump_path, f"step{step}", f"rank{self.rank}")
         self._tensor_dir = os.path.join(self.rank_dir, TENSOR_DIR) if self.config.task == "tensor" else None
@@ -131,7 +133,7 @@ class DumpEngine:
             if self._api_level:
                 mode = ApiMode(self)
                 mode.__enter__()
-                undo.callback(mode.__exit__, None, None, None)
+                undo.callback(self._mode_removal.remove, mode)
         except BaseException:
             undo.close()
             raise
@@ -144,6 +146,7 @@ class DumpEngine:
         undo, self._undo = self._undo, None
         if undo is not None:
             undo.close()
+        self._mode_removal.retry()
         for handle in self.handles:
             handle.remove()
         self.handles = []

@@ -58,16 +58,11 @@ def format_frame(filename: str, line: int, function: str, code: str) -> str:
 
 
 class StackTable:
-    """Deduplicated user stacks: each distinct stack gets an id; ``groups()`` is stack.json's content.
-
-    ``frames[id]`` holds a stack's frames as stack.json writes them, ``keys[id]`` as ``(file, line, function)``
-    tuples, innermost first.
-    """
+    """Deduplicated user stacks: each distinct stack gets an id; ``groups()`` is stack.json's content."""
 
     def __init__(self) -> None:
         self._ids: dict = {}
         self.frames: list = []
-        self.keys: list = []
         self.names: list = []
 
     def capture(self, frame: Optional[FrameType]) -> tuple:
@@ -91,7 +86,6 @@ class StackTable:
         self.frames.append(
             [format_frame(f, n, fn, linecache.getline(f, n).strip()) for f, n, fn in key_t]
         )
-        self.keys.append(key_t)
         self.names.append([])
         return stack_id, True, in_optimizer
 

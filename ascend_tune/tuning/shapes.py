@@ -1,0 +1,374 @@
+"""The dynamic-shape detector (``shapes=`` / ``ASCEND_TUNE_SHAPES=1``): which ops change shape from step to step.
+
+On an NPU an operator is compiled for the shapes it is called with (online compilation, ``jit_compile=True``), so
+an op whose shapes keep changing recompiles step after step. Over the block's first ``steps`` steps (default 20)
+the detector sees every listed torch API call and every submodule call of the model through the precision engine's
+capture (its ``ApiMode``, API catalog and names, user call stacks and module names) and keeps each call's input and
+output tensor shapes. Then it removes everything it installed, so the steps after run with nothing hooked, and
+writes ``shapes.csv`` (:mod:`.shapes_report`).
+
+- An op is one row across steps: its name without the per-step call counter plus its user call stack, so the same
+  op called from the same place with different shapes is one row with a range.
+- It is *dynamic* when it had more than one distinct shape signature (input and output shapes) **and** a signature
+  first appeared after the first step the op ran in. A loop over layers of different widths at one line has several
+  signatures, but the same ones every step: an NPU compiles each once, so it is no dynamic op.
+- Only dynamic ops are written, as the NPU toolkit's report lists only those; a run with fixed shapes writes the
+  header alone. A warning (``mon.warn``) names them with the fix.
+- The monitor's own tensor work (``capture.internal()``) and the loader fetching and collating a batch (a user
+  ``collate_fn`` included) are not recorded.
+- With ``precision=`` on the same steps: the builtin dump runs alongside (its mode sits above this one and records
+  its statistics as internal work); msprobe and ptdbg compute their statistics with ordinary torch calls this
+  detector would count as the model's, so that combination is refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import logging
+import os
+import sys
+import weakref
+from dataclasses import dataclass, fields
+from types import FrameType
+from typing import Any, Optional
+
+import torch
+
+from .. import capture
+from ..analysis.outputs import write_atomic
+from ..callbacks import Callback
+from ..errors import AscendTuneError, ConfigError
+from ..precision import catalog, stacks
+from ..precision.engine import ApiMode, DumpEngine
+from ..precision.modules import module_prefixes
+from ..precision.records import tensors_in
+from .shapes_report import FILE_NAME, ShapeRow, csv_bytes, shape_range, warning_text
+
+__all__ = ["ENV_SHAPES", "ShapesCallback", "ShapesConfig", "build_shapes_callback"]
+
+ENV_SHAPES = "ASCEND_TUNE_SHAPES"
+logger = logging.getLogger("ascend_tune")
+_TRUE = ("1", "true", "on", "yes")
+_FALSE = ("", "0", "false", "off", "no")
+# the frames of the builtin dump's mode: a call reaches this detector's mode from inside them when both are on
+_ENGINE_CODES = frozenset({ApiMode.__torch_function__.__code__, DumpEngine.call_api.__code__})
+# detectors with something installed; a DataLoader worker forked meanwhile drops what it inherited (below)
+_installed: weakref.WeakSet = weakref.WeakSet()
+
+
+@dataclass(frozen=True)
+class ShapesConfig:
+    """What the dynamic-shape detector watches.
+
+    steps: how many steps, from the block's first, to watch (each op's shapes are compared across them).
+    """
+
+    steps: int = 20
+
+    def __post_init__(self) -> None:
+        if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1:
+            raise ConfigError(f"shapes steps must be an integer >= 1, got {self.steps!r}; e.g. shapes=dict(steps=20)")
+
+    @classmethod
+    def from_any(cls, value: Any) -> Optional[ShapesConfig]:
+        """A config from a ShapesConfig, a dict of its fields, True (defaults), a string (``ASCEND_TUNE_SHAPES``'s
+        form), or None / False (off, returns None)."""
+        if value is None or value is False:
+            return None
+        if value is True:
+            return cls()
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, str):
+            return cls.from_text(value)
+        if isinstance(value, dict):
+            names = [f.name for f in fields(cls)]
+            for key in value:
+                if key not in names:
+                    close = difflib.get_close_matches(str(key), names, n=1)
+                    hint = f"; did you mean {close[0]!r}?" if close else f"; valid keys: {', '.join(names)}"
+                    raise ConfigError(f"shapes has no option {key!r}{hint}")
+            return cls(**value)
+        raise ConfigError(
+            f"shapes must be True, False, a dict or a ShapesConfig, got {type(value).__name__}; "
+            "e.g. shapes=True or shapes=dict(steps=20)"
+        )
+
+    @classmethod
+    def from_text(cls, text: str) -> Optional[ShapesConfig]:
+        """``ASCEND_TUNE_SHAPES``'s form: ``1`` (on), ``0`` or empty (off), or ``steps=N``."""
+        raw = text.strip().lower()
+        if raw in _FALSE:
+            return None
+        if raw in _TRUE:
+            return cls()
+        key, sep, number = raw.partition("=")
+        if sep and key.strip() == "steps" and number.strip().isdigit():
+            return cls(steps=int(number))
+        raise ConfigError(f"{ENV_SHAPES}={text!r} is not understood; use 1, 0 or steps=N, or unset it")
+
+
+def build_shapes_callback(value: Any, mon: Any) -> Optional[ShapesCallback]:
+    """The monitor's factory for ``shapes=``: a callback, or None when off (or when this rank writes no report).
+
+    ``value`` None (the option not given) reads ``ASCEND_TUNE_SHAPES``; unset or ``0`` is off.
+    """
+    if value is None:
+        config = ShapesConfig.from_text(os.environ.get(ENV_SHAPES, ""))
+    else:
+        config = ShapesConfig.from_any(value)
+    if config is None:
+        return None
+    if mon.rank != 0 and mon.world_size <= 1:
+        return None  # only rank 0 writes shapes.csv when the run is not distributed
+    return ShapesCallback(config)
+
+
+class _Op:
+    """One op (name + user call stack): its shape signatures and the step each was first seen in."""
+
+    __slots__ = ("name", "stack", "first_step", "signatures")
+
+    def __init__(self, name: str, stack: tuple, step: int):
+        self.name = name
+        self.stack = stack
+        self.first_step = step
+        self.signatures: dict = {}
+
+    def new_steps(self) -> list:
+        return sorted({s for s in self.signatures.values() if s > self.first_step})
+
+    @property
+    def dynamic(self) -> bool:
+        return len(self.signatures) > 1 and bool(self.new_steps())
+
+
+class ShapesCallback(Callback):
+    """Watches the first ``config.steps`` steps, then removes itself and writes shapes.csv (module docstring)."""
+
+    name = "shapes"
+
+    def __init__(self, config: ShapesConfig):
+        self.config = config
+        self.recording = False
+        self._undo: Optional[contextlib.ExitStack] = None
+        self._mode: Optional[ApiMode] = None
+        self._retry: Any = None  # a module pre-hook that retries taking the mode off (see _take_off)
+        self._finished = False
+        self._ops: dict = {}
+        self._names: dict = {}
+        self._step = 0
+        self._steps_seen: set = set()  # the steps in which something was recorded
+        self._path: Optional[str] = None
+        self._error: Optional[str] = None
+        self._dynamic = 0
+        self._mon: Any = None
+
+    # --- the step clock -------------------------------------------------------------------------------------------
+
+    def on_enter(self, mon: Any, stack: contextlib.ExitStack) -> None:
+        """Install the mode and module hook now, before any dump's mode, so the dump's sits above it."""
+        self._mon = mon
+        self._first = mon.start_step
+        self._last = mon.start_step + self.config.steps - 1
+        _refuse_foreign_dumps(mon, self._first, self._last)
+        folder = mon.log_dir if mon.rank == 0 else os.path.join(mon.log_dir, f"rank{mon.rank}")
+        self._path = os.path.join(folder, FILE_NAME)
+        models = mon.model if isinstance(mon.model, (list, tuple)) else [mon.model]
+        self._names = module_prefixes([m for m in models if isinstance(m, torch.nn.Module)])
+        stack.callback(self._remove)  # the undo travels with the block whatever happens next
+        undo = contextlib.ExitStack()
+        self._undo = undo
+        if self._names:
+            handle = torch.nn.modules.module.register_module_forward_hook(self._on_module, with_kwargs=True)
+            undo.callback(handle.remove)
+        self._mode = ApiMode(self)
+        self._mode.__enter__()
+        _installed.add(self)
+
+    def on_step_begin(self, mon: Any, step: int) -> None:
+        if self._finished:
+            self._take_off()  # when the last step ended inside a torch call (see _take_off)
+        elif self._first <= step <= self._last:
+            self._step = step
+            self.recording = self._error is None
+
+    def on_step_end(self, mon: Any, step: int) -> None:
+        if not self._finished and step >= self._last:
+            self._finish()
+
+    def on_exit(self, mon: Any, exc_type: Optional[type]) -> None:
+        self._finish()  # the block ended within the watched steps: report what they showed
+        self._remove()
+
+    def summary(self) -> Optional[dict]:
+        steps = [min(self._steps_seen), max(self._steps_seen)] if self._steps_seen else None
+        return {"steps": steps, "ops": len(self._ops), "dynamic": self._dynamic, "path": self._path,
+                "error": self._error}
+
+    # --- capture (called by ApiMode and the module hook) ------------------------------------------------------------
+
+    def call_api(self, func: Any, api: tuple, args: tuple, kwargs: dict, caller: Optional[FrameType]) -> Any:
+        """Run one listed API call and keep its shapes (the ``ApiMode`` recorder interface)."""
+        if not self.recording:
+            return func(*args, **kwargs)
+        while caller is not None and caller.f_code in _ENGINE_CODES:
+            caller = caller.f_back  # reached through the dump's mode: its caller is the op's
+        try:
+            with capture.internal():
+                stack = _user_stack(caller)
+                if stack is not None:
+                    name = catalog.base_name(api, caller)
+                    inputs = _shapes(tensors_in(args) + tensors_in(kwargs))
+        except Exception as exc:
+            self._fail(exc)
+            stack = None
+        if stack is None:
+            return func(*args, **kwargs)
+        out = func(*args, **kwargs)
+        if self.recording:
+            try:
+                with capture.internal():
+                    self._record(name, stack, inputs, _shapes(tensors_in(out)))
+            except Exception as exc:
+                self._fail(exc)
+        return out
+
+    def _on_module(self, module: Any, args: tuple, kwargs: dict, output: Any) -> None:
+        known = self._names.get(id(module))
+        if known is None or known[1] is not module or not self.recording or capture.in_internal():
+            return
+        try:
+            with capture.internal():
+                stack = _user_stack(sys._getframe(1))
+                if stack is not None:
+                    inputs = _shapes(tensors_in(args) + tensors_in(kwargs))
+                    self._record(known[0] + "forward", stack, inputs, _shapes(tensors_in(output)))
+        except Exception as exc:
+            self._fail(exc)
+
+    def _record(self, name: str, stack: tuple, inputs: tuple, outputs: tuple) -> None:
+        op = self._ops.get((name, stack))
+        if op is None:
+            op = self._ops[(name, stack)] = _Op(name, stack, self._step)
+        op.signatures.setdefault((inputs, outputs), self._step)
+        self._steps_seen.add(self._step)
+
+    def _fail(self, exc: BaseException) -> None:
+        self.recording = False
+        if self._error is None:
+            self._error = f"{type(exc).__name__}: {exc}"
+            self._mon.warn(f"shapes: the detector stopped recording ({self._error}); training goes on")
+
+    # --- the end ----------------------------------------------------------------------------------------------------
+
+    def _remove(self) -> None:
+        self.recording = False
+        undo, self._undo = self._undo, None
+        if undo is not None:
+            undo.close()
+        self._take_off()
+
+    def _take_off(self) -> None:
+        """Take the mode off torch's function-mode stack, now or at the first chance.
+
+        Torch sets a mode aside while its handler runs and puts it back afterwards. A step that ends inside a torch
+        call (with no optimizer, a step ends in ``loss.backward()``, which reaches the mode) cannot remove it then;
+        the next module call, step boundary or the block's end can, and a module pre-hook waits for the first.
+        """
+        if self._mode is not None and capture.remove_function_mode(self._mode):
+            self._mode = None
+        if self._mode is None:
+            _installed.discard(self)
+            if self._retry is not None:
+                self._retry.remove()
+                self._retry = None
+        elif self._retry is None:
+            self._retry = torch.nn.modules.module.register_module_forward_pre_hook(lambda *_: self._take_off())
+
+    def _finish(self) -> None:
+        if self._finished:
+            return
+        self._finished = True
+        self._remove()
+        mon = self._mon
+        dynamic = [op for op in self._ops.values() if op.dynamic]
+        self._dynamic = len(dynamic)
+        rows = [self._row(op) for op in dynamic]
+        try:
+            write_atomic(self._path, csv_bytes(rows))
+        except (OSError, AscendTuneError) as exc:  # training goes on; losing the report must not end it
+            mon.warn(f"shapes: could not write {self._path}: {exc}")
+            return
+        seen = self.summary()["steps"]
+        steps = f"steps {seen[0]}-{seen[1]}" if seen else "no step"
+        mon.record_event("shapes", path=self._path, steps=seen, ops=len(self._ops), dynamic=len(dynamic))
+        if not dynamic:
+            logger.info("ascend_tune: shapes: no dynamic shapes over %s (%d ops); %s", steps, len(self._ops),
+                        self._path)
+            return
+        mon.warn(warning_text(rows, steps, self._path))
+
+    def _row(self, op: _Op) -> ShapeRow:
+        frames = op.stack
+        file, line = (frames[0][0], str(frames[0][1])) if frames else ("", "")
+        signatures = list(op.signatures)
+        return ShapeRow(
+            name=op.name, stack=" <- ".join(f"{f}:{n} in {fn}" for f, n, fn in frames), file=file, line=line,
+            input_range=shape_range([s[0] for s in signatures]), output_range=shape_range([s[1] for s in signatures]),
+            distinct=len(signatures), new_steps=tuple(op.new_steps()),
+        )
+
+
+def _user_stack(frame: Optional[FrameType]) -> Optional[tuple]:
+    """The user frames from ``frame`` out, innermost first, as ``(file, line, function)``; None for a call inside
+    torch.utils.data.
+
+    Frames are told apart as the precision dumps' stacks do (:func:`~ascend_tune.precision.stacks.file_kind`). A
+    call within a batch being fetched or collated is left out even from a user ``collate_fn`` (the dump engine
+    records those): per-batch padding is host work, and the model's ops show its result.
+    """
+    key = []
+    while frame is not None:
+        code = frame.f_code
+        kind = stacks.file_kind(code.co_filename)
+        if kind == stacks.USER:
+            key.append((code.co_filename, frame.f_lineno, code.co_name))
+        elif kind == stacks.DATA:
+            return None
+        frame = frame.f_back
+    return tuple(key)
+
+
+def _shapes(tensors: list) -> tuple:
+    return tuple(tuple(int(d) for d in t.shape) for t in tensors)
+
+
+def _forget_in_child() -> None:
+    # a DataLoader worker forked during the watched steps inherits the mode (it is thread state) and the hook; it
+    # never sees the step that removes them, and would pay for them in every torch call for as long as it lives
+    for detector in list(_installed):
+        detector._remove()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
+
+
+def _refuse_foreign_dumps(mon: Any, first: int, last: int) -> None:
+    """msprobe / ptdbg dumping on a watched step would have their statistics counted as the model's ops."""
+    from ..precision.callback import PrecisionCallback
+
+    # the monitor builds every feature's callback before any on_enter runs, so the dump's is already there
+    for cb in getattr(mon, "_callbacks", ()):
+        if not isinstance(cb, PrecisionCallback) or cb.backend_name == "builtin":
+            continue
+        overlap = [s for s in range(first, last + 1) if cb.config.selects_step(s)]
+        if overlap:
+            shorter = f", or shapes=dict(steps={overlap[0] - first})" if overlap[0] > first else ""
+            raise ConfigError(
+                f"shapes= watches steps {first}-{last} and precision= dumps step {overlap[0]} with the "
+                f"{cb.backend_name} backend, whose statistics would be counted as the model's ops; pass "
+                f"precision=dict(backend='builtin', ...) or dump steps after {last}{shorter}"
+            )
