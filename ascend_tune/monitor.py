@@ -17,7 +17,6 @@ the hooks already closed, so mixing both styles never counts a step twice.
 from __future__ import annotations
 
 import contextlib
-import difflib
 import importlib
 import logging
 import os
@@ -30,7 +29,7 @@ import torch
 
 from . import capture, device, metrics
 from .callbacks import Callback
-from .errors import ConfigError, OutputError
+from .errors import ConfigError, OutputError, check_option_names
 
 OUTPUT_FILES = ("log.txt", "metrics.jsonl", "summary.json")
 logger = logging.getLogger("ascend_tune")
@@ -479,10 +478,7 @@ _FEATURES: dict = {
 
 
 def _check_options(unknown: dict) -> None:
-    for name in unknown:
-        close = difflib.get_close_matches(name, _OPTIONS, n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else f"; valid options: {', '.join(_OPTIONS)}"
-        raise ConfigError(f"TrainingMonitor has no option {name!r}{hint}")
+    check_option_names(unknown, _OPTIONS, "TrainingMonitor")
 
 
 def _check_model(model: Any) -> None:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import difflib
 import logging
 import os
 import shutil
@@ -28,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Union
 
 from .callbacks import Callback
-from .errors import ConfigError, DeviceError, OutputError
+from .errors import ConfigError, DeviceError, OutputError, check_option_names
 
 ENV_PROFILE = "ASCEND_TUNE_PROFILE"
 logger = logging.getLogger("ascend_tune")
@@ -612,11 +611,7 @@ _FIELDS = {f.name: f for f in dataclasses.fields(ProfileConfig)}
 
 
 def _check_keys(options: dict, source: str) -> None:
-    for key in options:
-        if key not in _FIELDS:
-            close = difflib.get_close_matches(str(key), _FIELDS, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else f"; valid options: {', '.join(_FIELDS)}"
-            raise ConfigError(f"{source}: unknown profile option {key!r}{hint}")
+    check_option_names(options, _FIELDS, f"{source}: profile")
 
 
 def _parse_value(key: str, raw: str, source: str) -> Any:

@@ -9,14 +9,13 @@ gets the short form under ``"tuning"``. Everything is undone when the block ends
 from __future__ import annotations
 
 import contextlib
-import difflib
 import logging
 import os
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Optional
 
 from ..callbacks import Callback
-from ..errors import ConfigError
+from ..errors import ConfigError, check_option_names
 
 # torch-heavy modules (device, metrics, compile_mode, optimizer_swap) are imported where they are used, so that
 # `ascend-tune shapes`, which lives in this package, starts without importing torch
@@ -74,12 +73,7 @@ class TuneConfig:
         if value is False:
             return cls(optimizer="off", jit_compile=None)
         if isinstance(value, dict):
-            names = [f.name for f in fields(cls)]
-            for key in value:
-                if key not in names:
-                    close = difflib.get_close_matches(str(key), names, n=1)
-                    hint = f"; did you mean {close[0]!r}?" if close else f"; valid keys: {', '.join(names)}"
-                    raise ConfigError(f"tune has no option {key!r}{hint}")
+            check_option_names(value, [f.name for f in fields(cls)], "tune")
             return cls(**value)
         raise ConfigError(
             f"tune must be True, False, a dict or a TuneConfig, got {type(value).__name__}; "

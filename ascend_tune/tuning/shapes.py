@@ -24,7 +24,6 @@ writes ``shapes.csv`` (:mod:`.shapes_report`).
 from __future__ import annotations
 
 import contextlib
-import difflib
 import logging
 import os
 import sys
@@ -38,7 +37,7 @@ import torch
 from .. import capture
 from ..analysis.outputs import write_atomic
 from ..callbacks import Callback
-from ..errors import AscendTuneError, ConfigError
+from ..errors import AscendTuneError, ConfigError, check_option_names
 from ..precision import catalog, stacks
 from ..precision.engine import ApiMode, DumpEngine
 from ..precision.modules import module_prefixes
@@ -83,12 +82,7 @@ class ShapesConfig:
         if isinstance(value, str):
             return cls.from_text(value)
         if isinstance(value, dict):
-            names = [f.name for f in fields(cls)]
-            for key in value:
-                if key not in names:
-                    close = difflib.get_close_matches(str(key), names, n=1)
-                    hint = f"; did you mean {close[0]!r}?" if close else f"; valid keys: {', '.join(names)}"
-                    raise ConfigError(f"shapes has no option {key!r}{hint}")
+            check_option_names(value, [f.name for f in fields(cls)], "shapes")
             return cls(**value)
         raise ConfigError(
             f"shapes must be True, False, a dict or a ShapesConfig, got {type(value).__name__}; "
