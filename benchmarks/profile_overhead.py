@@ -25,30 +25,18 @@ import tempfile
 import time
 
 import torch
-import torch.nn.functional as F
-from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
 
 from ascend_tune import TrainingMonitor
 from ascend_tune.profiling import ProfileConfig, step_profiler
 
-
-def make_setup(steps: int):
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    data = TensorDataset(torch.randn(steps * 80, 256), torch.randint(0, 10, (steps * 80,)))
-    return model, optimizer, DataLoader(data, batch_size=80)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from monitor_overhead import loop as run_loop  # noqa: E402  (the same workload as the monitor's benchmark)
+from monitor_overhead import make_setup  # noqa: E402
 
 
 def loop(model, optimizer, loader, prof=None) -> None:
-    for x, y in loader:
-        loss = F.cross_entropy(model(x), y)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        if prof is not None:
-            prof.step()
+    """The monitor benchmark's loop, with ``prof.step()`` after each step when a profiler is given."""
+    run_loop(model, optimizer, loader, per_step=None if prof is None else (lambda loss: prof.step()))
 
 
 def run_bare(setup, out):
