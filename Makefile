@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
-EXTRAS ?= test,plot,msprobe
+EXTRAS ?= test,plot,msprobe,msprof
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.ascend_tune-installed
 DEMO_OUT ?= exp/demo

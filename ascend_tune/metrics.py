@@ -229,10 +229,15 @@ def across_ranks(per_rank: list) -> dict:
 # --- sinks: where the numbers go -------------------------------------------------------------------------------
 
 
+_stamp_cache: list = [None, ""]  # (whole second, its text): log lines come many to a second at log_every=1
+
+
 def format_log_line(step: int, loss: float, steps_per_sec: float, when: Optional[float] = None) -> str:
     """The seed's line, byte for byte: ``[time] (step=0000042) Train Loss: 1.2345, Train Steps/Sec: 9.87``."""
-    stamp = time.strftime(TIME_FORMAT, time.localtime(when))
-    return LOG_LINE.format(time=stamp, step=step, loss=loss, rate=steps_per_sec)
+    second = int(time.time() if when is None else when)
+    if _stamp_cache[0] != second:
+        _stamp_cache[:] = [second, time.strftime(TIME_FORMAT, time.localtime(second))]
+    return LOG_LINE.format(time=_stamp_cache[1], step=step, loss=loss, rate=steps_per_sec)
 
 
 class TextLogSink:
