@@ -12,7 +12,7 @@ DEMO_OUT ?= exp/demo
 install: $(STAMP)
 
 # torch goes in first, pinned, so the package's torch>=2.1 is already satisfied and no CUDA build is pulled.
-$(STAMP): setup.cfg setup.py pyproject.toml
+$(STAMP): setup.cfg setup.py pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q "$(TORCH_SPEC)"
 	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
