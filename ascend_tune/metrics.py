@@ -98,6 +98,8 @@ class _PendingRead:
     def values(self) -> list:
         if self._host is not None:
             flat = self._host.numpy().tolist()
+        elif len(self._tensors) == 1:  # log_every=1: one scalar, no stacking
+            flat = [self._tensors[0].tolist()]
         elif self._tensors:
             flat = torch.stack(self._tensors).float().tolist()
         else:
@@ -112,9 +114,11 @@ def read_back(entries: list, lag: bool) -> _PendingRead:
     if not tensors:
         return _PendingRead(entries, [], None, None)
     dev = tensors[0].device
-    tensors = [t.to(dev).reshape(()) for t in tensors]
     if not lag or dev.type == "cpu":
+        if len(tensors) > 1:
+            tensors = [t.to(dev).reshape(()) for t in tensors]
         return _PendingRead(entries, tensors, None, None)
+    tensors = [t.to(dev).reshape(()) for t in tensors]
     stacked = torch.stack(tensors).float()
     host = torch.empty(stacked.shape, dtype=stacked.dtype, pin_memory=True)
     host.copy_(stacked, non_blocking=True)
@@ -258,16 +262,27 @@ class TextLogSink:
 
 
 class JsonlSink:
-    """``metrics.jsonl``: one JSON object per log line with full-precision values."""
+    """``metrics.jsonl``: one JSON object per log line with full-precision values.
+
+    Flushed at most once a second (and at the end): a write to disk per line costs more than the line at
+    ``log_every=1`` on slow filesystems, and log.txt, flushed per line, is the live view.
+    """
+
+    FLUSH_EVERY_S = 1.0
 
     def __init__(self, path: str, append: bool):
-        self._file: TextIO = open(path, "a" if append else "w", buffering=1, encoding="utf-8")
+        self._file: TextIO = open(path, "a" if append else "w", encoding="utf-8")
+        self._flushed = time.monotonic()
 
     def write(self, window: Window, record: dict) -> None:
         self.write_record(record)
 
     def write_record(self, record: dict) -> None:
         self._file.write(json.dumps(record, allow_nan=True, default=str) + "\n")
+        now = time.monotonic()
+        if now - self._flushed >= self.FLUSH_EVERY_S:
+            self._file.flush()
+            self._flushed = now
 
     def close(self) -> None:
         self._file.close()
