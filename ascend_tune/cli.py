@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from typing import NoReturn, Optional
+from typing import Callable, NoReturn, Optional
 
 from .errors import AscendTuneError
 
@@ -27,14 +27,20 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
+def int_at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse type: an integer >= ``minimum``, else a one-line error saying so."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = minimum - 1
+        if value < minimum:
+            wanted = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+            raise argparse.ArgumentTypeError(f"expected {wanted}, got {text!r}")
+        return value
+
+    return parse
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="train a small CNN on synthetic images under TrainingMonitor")
     demo.add_argument("--out", default="exp/demo", help="output folder (default: exp/demo)")
-    demo.add_argument("--steps", type=_positive, default=100, help="optimizer steps (default: 100)")
+    demo.add_argument("--steps", type=int_at_least(1), default=100, help="optimizer steps (default: 100)")
     demo.set_defaults(run=_cmd_demo)
 
     dev = sub.add_parser("device", help="print the detected device and why better ones were not used")

@@ -13,6 +13,7 @@ import json
 import os
 from typing import Any, Callable
 
+from ..cli import int_at_least
 from ..errors import AscendTuneError, InputError, OutputError
 
 _FORCE_HELP = "replace output files that already exist (default: refuse)"
@@ -90,14 +91,7 @@ def _fraction(text: str) -> float:
     return value
 
 
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
-    return value
+_count = int_at_least(0)
 
 
 def _one_line(handler: Callable) -> Callable:

@@ -9,6 +9,7 @@ import argparse
 import json
 from collections import Counter
 
+from ..cli import int_at_least
 from .shapes_report import FIX, ShapesReport, read_shapes_report
 
 
@@ -26,10 +27,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(run=_cmd_shapes)
 
 
-def _count(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return int(text)
+_count = int_at_least(1)
 
 
 def _cmd_shapes(args: argparse.Namespace) -> int:
