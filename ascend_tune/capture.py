@@ -80,6 +80,11 @@ class ModeRemoval:
             if self._hook is None:
                 self._hook = torch.nn.modules.module.register_module_forward_pre_hook(lambda *_: self.retry())
 
+    @property
+    def pending(self) -> bool:
+        """Whether a mode is still waiting to be taken off."""
+        return bool(self._pending)
+
     def retry(self) -> None:
         self._pending = [m for m in self._pending if not remove_function_mode(m)]
         if not self._pending and self._hook is not None:

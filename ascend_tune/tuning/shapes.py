@@ -148,7 +148,7 @@ class ShapesCallback(Callback):
         self.recording = False
         self._undo: Optional[contextlib.ExitStack] = None
         self._mode: Optional[ApiMode] = None
-        self._retry: Any = None  # a module pre-hook that retries taking the mode off (see _take_off)
+        self._removal = capture.ModeRemoval()  # takes the mode off, later if torch holds it aside (see _take_off)
         self._finished = False
         self._ops: dict = {}
         self._names: dict = {}
@@ -265,21 +265,15 @@ class ShapesCallback(Callback):
         self._take_off()
 
     def _take_off(self) -> None:
-        """Take the mode off torch's function-mode stack, now or at the first chance.
-
-        Torch sets a mode aside while its handler runs and puts it back afterwards. A step that ends inside a torch
-        call (with no optimizer, a step ends in ``loss.backward()``, which reaches the mode) cannot remove it then;
-        the next module call, step boundary or the block's end can, and a module pre-hook waits for the first.
-        """
-        if self._mode is not None and capture.remove_function_mode(self._mode):
+        """Take the mode off torch's function-mode stack, now or at the first chance (``capture.ModeRemoval``):
+        a step that ends inside ``loss.backward()`` (no optimizer) runs while torch holds the mode aside."""
+        if self._mode is not None:
+            self._removal.remove(self._mode)
             self._mode = None
-        if self._mode is None:
+        else:
+            self._removal.retry()
+        if not self._removal.pending:
             _installed.discard(self)
-            if self._retry is not None:
-                self._retry.remove()
-                self._retry = None
-        elif self._retry is None:
-            self._retry = torch.nn.modules.module.register_module_forward_pre_hook(lambda *_: self._take_off())
 
     def _finish(self) -> None:
         if self._finished:
