@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, Callable, Optional
 
 import torch
@@ -269,3 +269,33 @@ def _marked_iter(self: Any) -> Iterator:
 def _unwrap(loader: Any, original: type) -> None:
     object.__setattr__(loader, "__class__", original)
     loader.__dict__.pop("_ascend_tune_marks", None)
+
+
+def batch_size(batch: Any) -> Optional[int]:
+    """Samples in a batch: the first dimension of the batch tensor, or of the first tensor it holds."""
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() > 0 else None
+    if isinstance(batch, dict):
+        batch = list(batch.values())
+    if isinstance(batch, (list, tuple)):
+        for item in batch:
+            if isinstance(item, torch.Tensor) and item.dim() > 0:
+                return int(item.shape[0])
+    return None
+
+
+class MarkedLoader:
+    """What ``mon.loader(dl)`` returns: iterates ``dl`` with each batch marked as a step boundary."""
+
+    def __init__(self, loader: Iterable, on_pass: Any, on_batch: Any):
+        self._loader = loader
+        self._on_pass = on_pass
+        self._on_batch = on_batch
+        self._epochs = EpochTracker()
+
+    def __iter__(self) -> Iterator:
+        self._on_pass(self._epochs.begin_pass(self._loader))
+        return iterate_marked(iter(self._loader), self._on_batch)
+
+    def __len__(self) -> int:
+        return len(self._loader)  # type: ignore[arg-type]

@@ -7,11 +7,13 @@ may do to the run goes through the :class:`EventRecorder` it holds (an event lin
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Optional, Protocol
 
+from .errors import ConfigError
 from .formats.run_dir import RunDir
 
 if TYPE_CHECKING:
@@ -75,3 +77,31 @@ class RunContext:
     def warn(self, message: str) -> None:
         """Shorthand for ``events.warn``."""
         self.events.warn(message)
+
+
+def detect_rank() -> int:
+    """This process's global rank: ``RANK``, else ``torch.distributed``, else 0."""
+    import torch
+
+    if "RANK" in os.environ:
+        try:
+            return int(os.environ["RANK"])
+        except ValueError:
+            raise ConfigError(
+                f"RANK={os.environ['RANK']!r} is not an integer; fix the launcher's environment"
+            ) from None
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank()
+    return 0
+
+
+def detect_world_size() -> int:
+    """The number of ranks: ``torch.distributed``, else ``WORLD_SIZE``, else 1."""
+    import torch
+
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_world_size()
+    try:
+        return int(os.environ.get("WORLD_SIZE", "1"))
+    except ValueError:
+        return 1

@@ -1,4 +1,4 @@
-"""The step clock and its maths, apart from where the numbers are written (the sinks at the bottom).
+"""The step clock and its maths, apart from where the numbers are written (:mod:`.sinks`).
 
 Steps/sec of a log line = steps since the previous line / wall seconds since the previous line; samples/sec the
 same with the samples the loader handed out. Step losses stay on the device as 0-dim tensors until a log step,
@@ -11,22 +11,15 @@ The summary's statistics (median / mean / p10 / p90 steps/sec) are over log wind
 
 from __future__ import annotations
 
-import json
-import logging
 import math
-import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional, TextIO
+from typing import Any, Optional
 
 import numpy as np
 import torch
 
 from . import device
-
-LOG_LINE = "[{time}] (step={step:07d}) Train Loss: {loss:.4f}, Train Steps/Sec: {rate:.2f}"
-TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
-logger = logging.getLogger("ascend_tune")
 
 
 @dataclass
@@ -139,17 +132,15 @@ class StepClock:
         self._entries: list = []
         self._samples: Optional[int] = 0
 
-    def commit(
-        self, loss: Optional[torch.Tensor], samples: Optional[int], skipped: bool, at: float, wall: float
-    ) -> StepEntry:
-        """Count one step that ended at ``at`` (perf_counter); the step number is assigned here."""
-        entry = StepEntry(self.next_step, loss, samples, skipped, at, wall)
-        self.next_step += 1
+    def commit(self, closed: Any) -> StepEntry:
+        """Count one closed step (a :class:`~ascend_tune.steps.ClosedStep`); steps come in order."""
+        entry = StepEntry(closed.step, closed.loss, closed.samples, closed.skipped, closed.at, closed.wall)
+        self.next_step = closed.step + 1
         self._entries.append(entry)
-        if samples is None or self._samples is None:
+        if closed.samples is None or self._samples is None:
             self._samples = None
         else:
-            self._samples += samples
+            self._samples += closed.samples
         return entry
 
     @property
@@ -228,95 +219,6 @@ def across_ranks(per_rank: list) -> dict:
         out["steps_per_sec"] = {"min": float(rates.min()), "median": float(np.median(rates)), "max": float(rates.max())}
         out["slowest_rank"] = known[int(rates.argmin())]["rank"]
     return out
-
-
-# --- sinks: where the numbers go -------------------------------------------------------------------------------
-
-
-_stamp_cache: list = [None, ""]  # (whole second, its text): log lines come many to a second at log_every=1
-
-
-def format_log_line(step: int, loss: float, steps_per_sec: float, when: Optional[float] = None) -> str:
-    """The seed's line, byte for byte: ``[time] (step=0000042) Train Loss: 1.2345, Train Steps/Sec: 9.87``."""
-    second = int(time.time() if when is None else when)
-    if _stamp_cache[0] != second:
-        _stamp_cache[:] = [second, time.strftime(TIME_FORMAT, time.localtime(second))]
-    return LOG_LINE.format(time=_stamp_cache[1], step=step, loss=loss, rate=steps_per_sec)
-
-
-class TextLogSink:
-    """``log.txt`` in the seed's format, one flushed line per log window; echoed to the ``ascend_tune`` logger."""
-
-    def __init__(self, path: str, append: bool, echo: bool):
-        self._file: TextIO = open(path, "a" if append else "w", buffering=1, encoding="utf-8")
-        self._echo = echo
-
-    def write(self, window: Window, record: dict) -> None:
-        line = format_log_line(window.last_step, window.loss, window.steps_per_sec, window.end_time)
-        self._file.write(line + "\n")
-        if self._echo:
-            logger.info(line.split("] ", 1)[1])
-
-    def close(self) -> None:
-        self._file.close()
-
-
-class JsonlSink:
-    """``metrics.jsonl``: one JSON object per log line with full-precision values.
-
-    Flushed at most once a second (and at the end): a write to disk per line costs more than the line at
-    ``log_every=1`` on slow filesystems, and log.txt, flushed per line, is the live view.
-    """
-
-    FLUSH_EVERY_S = 1.0
-
-    def __init__(self, path: str, append: bool):
-        self._file: TextIO = open(path, "a" if append else "w", encoding="utf-8")
-        self._flushed = time.monotonic()
-
-    def write(self, window: Window, record: dict) -> None:
-        self.write_record(record)
-
-    def write_record(self, record: dict) -> None:
-        self._file.write(json.dumps(record, allow_nan=True, default=str) + "\n")
-        now = time.monotonic()
-        if now - self._flushed >= self.FLUSH_EVERY_S:
-            self._file.flush()
-            self._flushed = now
-
-    def close(self) -> None:
-        self._file.close()
-
-
-def window_record(window: Window, **context: Any) -> dict:
-    """The metrics.jsonl object of a window: the log line's facts and the context the monitor adds."""
-    record = {
-        "step": window.last_step,
-        "loss": window.loss,
-        "steps_per_sec": window.steps_per_sec,
-        "samples_per_sec": window.samples_per_sec,
-        "time": window.end_time,
-        "first_step": window.first_step,
-        "window_steps": window.steps,
-        "seconds": window.seconds,
-        "samples": window.samples,
-        "step_losses": list(window.losses),
-        "nonfinite": window.nonfinite,
-        "skipped": window.skipped,
-    }
-    record.update(context)
-    return record
-
-
-def write_json_atomic(path: str, payload: dict) -> None:
-    """Write JSON to ``path`` through a temporary file, so a reader never sees half a file."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(payload, fh, indent=2, allow_nan=True, default=str)
-        fh.write("\n")
-    os.replace(tmp, path)
-
-
 
 
 def make_window(entries: list, seconds: float, samples: Optional[int], losses: list) -> Window:

@@ -1,17 +1,12 @@
 """TrainingMonitor: two lines around an unchanged training loop give the loss / steps-per-second log.
 
-How a step is seen, with no change to the loop:
-- a *step* is an ``optimizer.step()`` (torch's step post-hook); with no optimizer, each backward is a step;
-- its *loss* is the sum of the scalar tensors back-propagated since the previous step: with the usual
-  ``(loss / accum).backward()`` that is the mean micro-batch loss, the objective whose gradient the step applied
-  (``accumulate="mean"`` divides by the number of backwards, for scripts that back-propagate undivided losses);
-  backwards inside ``step()`` are closure evaluations (LBFGS) and the first one is the step's loss;
-- ``scaler.scale(loss).backward()`` is seen through ``GradScaler.scale``, whose input is the loss; a step that
-  GradScaler skips (inf/nan gradients) is counted as a skipped step, never merged into the next one.
+The monitor only composes and owns lifetimes (one ExitStack): the capture (:mod:`.capture`: backward patch,
+optimizer hooks, GradScaler, loader wrap) feeds events to a :class:`~.steps.StepTracker`, whose closed steps drive
+the features' callbacks and the step clock (:mod:`.metrics`), whose log windows go to the sinks (:mod:`.sinks`).
+How a step and its loss are seen is documented in :mod:`.steps`.
 
-A step is *closed* when it ends and *committed* (numbered, logged) at the next event of the loop (a batch, a
-backward, ``mon.step``, the end of the block). That one-event delay lets an explicit ``mon.step(loss)`` adopt a step
-the hooks already closed, so mixing both styles never counts a step twice.
+Features are built and entered in the order of ``_FEATURES`` below, then the user's own callbacks; each factory
+reads its own ``ASCEND_TUNE_*`` switch when its option is not given. The order is decided there, and why.
 """
 
 from __future__ import annotations
@@ -20,18 +15,22 @@ import contextlib
 import importlib
 import logging
 import os
-import shutil
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
+from types import MappingProxyType
 from typing import Any, Optional
 
 import torch
 
-from . import capture, device, metrics
+from . import capture, device, metrics, sinks
 from .callbacks import Callback
+from .context import RunContext, detect_rank, detect_world_size
 from .errors import ConfigError, OutputError, check_option_names
+from .formats import run_dir as names
+from .formats.atomic import write_json_atomic
+from .formats.run_dir import RunDir
+from .steps import ClosedStep, StepTracker
 
-OUTPUT_FILES = ("log.txt", "metrics.jsonl", "summary.json")
 logger = logging.getLogger("ascend_tune")
 
 
@@ -57,6 +56,8 @@ class TrainingMonitor:
         seed: seed python, numpy and torch (an int) before the first step.
         tune: device-driven tuning (fused optimizer swap, compile mode): ``True``, ``False`` or a dict / ``TuneConfig``.
         shapes: the dynamic-shape detector (``True``, a dict; ``ASCEND_TUNE_SHAPES=1``).
+        tensorboard: also write loss / steps-per-sec / samples-per-sec scalars under ``<log_dir>/tensorboard``
+            (``ASCEND_TUNE_TENSORBOARD=1``; needs the ``tensorboard`` extra).
         callbacks: extra :class:`~ascend_tune.callbacks.Callback` objects driven by the step clock.
     """
 
@@ -80,6 +81,7 @@ class TrainingMonitor:
         seed: Optional[int] = None,
         tune: Any = None,
         shapes: Any = None,
+        tensorboard: Optional[bool] = None,
         callbacks: Optional[Iterable] = None,
         **unknown: Any,
     ):
@@ -117,12 +119,15 @@ class TrainingMonitor:
         self.accumulate = accumulate
         self.quiet = quiet
         self.features = {"profile": profile, "precision": precision, "seed": seed, "tune": tune, "shapes": shapes}
+        if tensorboard is not None and not isinstance(tensorboard, bool):
+            raise ConfigError(f"tensorboard must be True or False, got {tensorboard!r}")
+        self.tensorboard = tensorboard
         self.callbacks = list(callbacks or [])
         for cb in self.callbacks:
             if not isinstance(cb, Callback):
                 raise ConfigError(f"callbacks must be ascend_tune.callbacks.Callback objects, got {type(cb).__name__}")
-        self.rank = rank if rank is not None else _env_rank()
-        self.world_size = _world_size()
+        self.rank = rank if rank is not None else detect_rank()
+        self.world_size = detect_world_size()
         self.device: Optional[device.DeviceInfo] = None
         self.epoch = 0
         self._stack: Optional[contextlib.ExitStack] = None
@@ -138,16 +143,20 @@ class TrainingMonitor:
             self._reset_state()
             if self.rank == 0 or self.world_size > 1:
                 self._open_outputs(stack)
-            capture.patch_backward(stack, self._on_backward, self._on_backward_done)
+            capture.patch_backward(stack, self._on_backward, self._tracker.backward_done)
             capture.patch_grad_scaler(stack, self._on_scale, self._on_scaler_step, extra=self.scaler)
             if self.optimizer is not None:
-                capture.hook_optimizer(stack, self.optimizer, self._on_step_pre, self._on_step_post)
-            self._callbacks = self._build_features() + self.callbacks
+                capture.hook_optimizer(stack, self.optimizer, self._tracker.optimizer_pre,
+                                       self._tracker.optimizer_post)
+            self._ctx = self._context({})
+            built = self._build_features(self._ctx)
+            self._ctx = self._context({cb.name: cb for cb in built})
+            self._callbacks = built + self.callbacks
             for cb in self._callbacks:
-                cb.on_enter(self, stack)
+                cb.on_enter(self._ctx, stack)
             if self.train_loader is not None:
                 if capture.wrap_loader(stack, self.train_loader, self._on_pass, self._on_batch):
-                    self._samples_since = 0
+                    self._tracker.count_batches()
                 else:
                     logger.warning(
                         "ascend_tune: train_loader of type %s cannot be wrapped in place; iterate "
@@ -159,7 +168,7 @@ class TrainingMonitor:
             raise
         self._stack = stack
         for cb in self._callbacks:
-            cb.on_step_begin(self, self.start_step)
+            cb.on_step_begin(self._ctx, self.start_step)
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
@@ -167,12 +176,12 @@ class TrainingMonitor:
         if stack is None:
             return False
         try:
-            self._commit_pending()
+            self._tracker.commit()
             if self.clock.pending_steps:
                 self._log_window()
             self._drain(force=True)
             for cb in self._callbacks:
-                cb.on_exit(self, exc_type)
+                cb.on_exit(self._ctx, exc_type)
             # the only collective the monitor makes, once, at exit; skipped when the block raised, since the
             # other ranks may never reach it
             across = self._gather_ranks() if exc_type is None else None
@@ -190,29 +199,26 @@ class TrainingMonitor:
         From the first call on, optimizer hooks no longer end steps; a step they already ended is adopted.
         """
         self._require_active("step")
-        self._explicit = True
         if loss is not None and not isinstance(loss, torch.Tensor):
             loss = torch.tensor(float(loss))
         if loss is not None:
             with capture.internal():
                 loss = self._unscaled(loss).detach()
-        if self._closed is not None:
-            if loss is not None:
-                self._closed["loss"] = loss
-            self._commit_pending()
-            return
-        self._commit_pending()
-        if loss is not None:
-            self._micro, self._micro_n = loss, 1
-        self._close(skipped=False)
-        self._commit_pending()
+        self._tracker.explicit_step(loss)
 
-    def loader(self, loader: Iterable) -> _MarkedLoader:
+    def loader(self, loader: Iterable) -> capture.MarkedLoader:
         """Iterate ``loader`` with its batches marked (for loaders not passed to the constructor)."""
         self._require_active("loader")
-        if self._samples_since is None:
-            self._samples_since = 0
-        return _MarkedLoader(loader, self._on_pass, self._on_batch)
+        self._tracker.count_batches()
+        return capture.MarkedLoader(loader, self._on_pass, self._on_batch)
+
+    def record_event(self, kind: str, **fields: Any) -> None:
+        """Add an event line (``{"event": kind, ...}``) to metrics.jsonl, e.g. which steps were traced and where."""
+        self._events.record_event(kind, **fields)
+
+    def warn(self, message: str) -> None:
+        """Warn through the ``ascend_tune`` logger and record the warning in metrics.jsonl."""
+        self._events.warn(message)
 
     # --- events from the capture ----------------------------------------------------------------------------
 
@@ -228,96 +234,51 @@ class TrainingMonitor:
     def _on_backward(self, tensor: torch.Tensor) -> None:
         with capture.internal():
             loss = self._unscaled(tensor).detach()
-        if self._in_step:
-            if self._closure_loss is None:  # LBFGS-style closure: the first evaluation is the step's loss
-                self._closure_loss = loss
-            return
-        self._commit_pending()
-        if self._micro is None:
-            self._micro = loss
-        else:
-            with capture.internal():
-                self._micro = self._micro + loss
-        self._micro_n += 1
-
-    def _on_backward_done(self) -> None:
-        # with no optimizer a backward is a step; it ends once its gradients exist, so a dump of the step has them
-        if self.optimizer is None and not self._explicit and not self._in_step:
-            self._close(skipped=False)
-
-    def _on_step_pre(self) -> None:
-        self._commit_pending()
-        self._in_step = True
-        self._closure_loss = None
-
-    def _on_step_post(self) -> None:
-        self._in_step = False
-        self._post_count += 1
-        if self._micro is None and self._closure_loss is not None:
-            self._micro, self._micro_n = self._closure_loss, 1
-        self._closure_loss = None
-        if not self._explicit:
-            self._close(skipped=False)
+        self._tracker.backward(loss)
 
     def _on_scaler_step(self, optimizer: Any, run: Any) -> Any:
-        before = self._post_count
-        result = run()
-        if optimizer is self.optimizer and self._post_count == before and not self._explicit:
-            self._close(skipped=True)  # GradScaler found inf/nan gradients and skipped optimizer.step()
-        return result
+        return self._tracker.scaler_step(run, ours=optimizer is self.optimizer)
 
     def _on_pass(self, epoch: int) -> None:
         self.epoch = epoch
 
     def _on_batch(self, batch: Any) -> None:
-        self._commit_pending()
-        if self._samples_since is not None:
-            n = _batch_size(batch)
-            self._samples_since = None if n is None else self._samples_since + n
+        self._tracker.batch(capture.batch_size(batch))
 
     # --- the step clock ----------------------------------------------------------------------------------------
 
     def _reset_state(self) -> None:
+        self.run_dir = RunDir(self.log_dir)
         self.clock = metrics.StepClock(self.start_step)
         self.totals = metrics.RunTotals(self.start_step, self.warmup_steps)
-        self._micro: Optional[torch.Tensor] = None
-        self._micro_n = 0
-        self._in_step = False
-        self._closure_loss: Optional[torch.Tensor] = None
-        self._post_count = 0
-        self._explicit = False
-        self._closed: Optional[dict] = None
+        self._tracker = StepTracker(
+            self.start_step, self._on_step_end, self._on_commit, optimizer_ends_steps=self.optimizer is not None,
+            accumulate=self.accumulate, samples_per_step=self.samples_per_step,
+        )
         self._scaled: Optional[tuple] = None
-        self._samples_since: Optional[int] = None
         self._reads: list = []
         self._sinks: list = []
-        self._jsonl_sinks: list = []
+        self._events = sinks.EventLog(self.rank)
+        self._callbacks: list = []
         self._entered_at = time.time()
 
-    def _close(self, skipped: bool) -> None:
-        self._commit_pending()  # a step closed earlier is never overwritten
-        loss = self._micro
-        if loss is not None and self.accumulate == "mean" and self._micro_n > 1:
-            with capture.internal():
-                loss = loss / self._micro_n
-        samples = self.samples_per_step if self.samples_per_step is not None else self._samples_since
-        self._closed = {"loss": loss, "samples": samples, "skipped": skipped,
-                        "at": time.perf_counter(), "wall": time.time()}
-        self._micro, self._micro_n = None, 0
-        if self._samples_since is not None:
-            self._samples_since = 0
-        step = self.clock.next_step
-        for cb in self._callbacks:
-            cb.on_step_end(self, step)
-        for cb in self._callbacks:
-            cb.on_step_begin(self, step + 1)
+    def _context(self, features: dict) -> RunContext:
+        models = self.model if isinstance(self.model, (list, tuple)) else [self.model]
+        return RunContext(
+            run_dir=self.run_dir, rank=self.rank, world_size=self.world_size, start_step=self.start_step,
+            device=self.device, models=tuple(m for m in models if isinstance(m, torch.nn.Module)),
+            optimizer=self.optimizer, events=self._events, features=MappingProxyType(features),
+        )
 
-    def _commit_pending(self) -> None:
-        closed, self._closed = self._closed, None
-        if closed is None:
-            return
+    def _on_step_end(self, step: int) -> None:
+        for cb in self._callbacks:
+            cb.on_step_end(self._ctx, step)
+        for cb in self._callbacks:
+            cb.on_step_begin(self._ctx, step + 1)
+
+    def _on_commit(self, closed: ClosedStep) -> None:
         self._drain(force=True)  # a read started at the previous log step is due now
-        entry = self.clock.commit(**closed)
+        entry = self.clock.commit(closed)
         if (entry.step + 1) % self.log_every == 0:
             self._log_window()
 
@@ -336,7 +297,7 @@ class TrainingMonitor:
             window = metrics.make_window(read.entries, seconds, samples, values)
             self.totals.add(window)
             if self._sinks:
-                record = metrics.window_record(
+                record = sinks.window_record(
                     window,
                     epoch=epoch,
                     rank=self.rank,
@@ -350,35 +311,57 @@ class TrainingMonitor:
     # --- outputs ---------------------------------------------------------------------------------------------------
 
     def _open_outputs(self, stack: contextlib.ExitStack) -> None:
-        """Rank 0: log.txt, metrics.jsonl (and summary.json at exit); with several ranks, every rank also keeps
-        ``rank{R}/metrics.jsonl``."""
+        """Rank 0: log.txt, metrics.jsonl (and summary.json at exit), TensorBoard scalars when asked; with several
+        ranks, every rank also keeps ``rank{R}/metrics.jsonl``."""
         resume = self.start_step > 0
-        paths = []
+        run = self.run_dir
+        tensorboard = self._tensorboard_wanted() if self.rank == 0 else False
+        opened: list = []
         try:
-            os.makedirs(self.log_dir, exist_ok=True)
+            os.makedirs(run.root, exist_ok=True)
             if self.rank == 0:
-                _set_aside(self.log_dir, ("summary.json",) if resume else OUTPUT_FILES)
-                text = metrics.TextLogSink(os.path.join(self.log_dir, "log.txt"), append=resume, echo=not self.quiet)
-                stack.callback(text.close)
-                self._sinks.append(text)
-                paths.append(os.path.join(self.log_dir, "metrics.jsonl"))
+                run.set_aside([names.SUMMARY_JSON] if resume else list(names.STEP_LOG_FILES), "logs")
+                opened.append(sinks.TextLogSink(run.log_txt, append=resume, echo=not self.quiet))
+                opened.append(sinks.JsonlSink(run.metrics_jsonl, append=resume))
+                self._events.add(opened[-1])
             if self.world_size > 1:
-                rank_dir = os.path.join(self.log_dir, f"rank{self.rank}")
-                os.makedirs(rank_dir, exist_ok=True)
+                rank_run = RunDir(run.path(names.rank_dir_name(self.rank)))
+                os.makedirs(rank_run.root, exist_ok=True)
                 if not resume:
-                    _set_aside(rank_dir, ("metrics.jsonl",))
-                paths.append(os.path.join(rank_dir, "metrics.jsonl"))
-            for path in paths:
-                jsonl = metrics.JsonlSink(path, append=resume)
-                stack.callback(jsonl.close)
-                self._sinks.append(jsonl)
-                self._jsonl_sinks.append(jsonl)
+                    rank_run.set_aside([names.METRICS_JSONL], "logs")
+                opened.append(sinks.JsonlSink(rank_run.metrics_jsonl, append=resume))
+                self._events.add(opened[-1])
+            if tensorboard:
+                purge = self.start_step if resume else None
+                opened.append(sinks.TensorBoardSink(run.tensorboard_dir, purge_step=purge))
         except OSError as exc:
+            for sink in opened:
+                sink.close()
             raise OutputError(
                 f"cannot write to log_dir {self.log_dir!r} ({exc.strerror or exc}); pass a writable folder"
             ) from None
+        for sink in opened:
+            stack.callback(sink.close)
+        self._sinks.extend(opened)
         if self.rank == 0 and not self.quiet:
-            _echo_to_console(stack)
+            sinks.echo_to_console(stack)
+
+    def _tensorboard_wanted(self) -> bool:
+        """``tensorboard=True`` (or ``ASCEND_TUNE_TENSORBOARD=1``): refused at the start when the package is missing,
+        warned and left off when only the environment asked for it."""
+        wanted = self.tensorboard
+        from_env = wanted is None
+        if from_env:
+            wanted = _env_switch("ASCEND_TUNE_TENSORBOARD")
+        if not wanted:
+            return False
+        why_not = sinks.tensorboard_available()
+        if why_not is None:
+            return True
+        if not from_env:
+            raise ConfigError(f"tensorboard=True needs {why_not}; pip install 'ascend-tune[tensorboard]'")
+        logger.warning("ascend_tune: ASCEND_TUNE_TENSORBOARD is set but %s; no TensorBoard scalars", why_not)
+        return False
 
     def _gather_ranks(self) -> Optional[dict]:
         dist = torch.distributed
@@ -408,9 +391,9 @@ class TrainingMonitor:
             extra = cb.summary()
             if extra is not None:
                 payload[cb.name] = extra
-        metrics.write_json_atomic(os.path.join(self.log_dir, "summary.json"), payload)
+        write_json_atomic(self.run_dir.summary_json, payload)
 
-    def _build_features(self) -> list:
+    def _build_features(self, ctx: RunContext) -> list:
         """The callbacks of the feature options, each built by its own module (imported only when used)."""
         built = []
         for option, value in self.features.items():
@@ -418,21 +401,10 @@ class TrainingMonitor:
                 raise ConfigError(f"option {option!r} is not available in this version of ascend_tune")
         for option, (module_name, factory) in _FEATURES.items():
             module = importlib.import_module(module_name)
-            cb = getattr(module, factory)(self.features[option], self)
+            cb = getattr(module, factory)(self.features[option], ctx)
             if cb is not None:
                 built.append(cb)
         return built
-
-    def record_event(self, kind: str, **fields: Any) -> None:
-        """Add an event line (``{"event": kind, ...}``) to metrics.jsonl, e.g. which steps were traced and where."""
-        record = {"event": kind, "time": time.time(), "rank": self.rank, **fields}
-        for sink in self._jsonl_sinks:
-            sink.write_record(record)
-
-    def warn(self, message: str) -> None:
-        """Warn through the ``ascend_tune`` logger and record the warning in metrics.jsonl."""
-        logger.warning("ascend_tune: %s", message)
-        self.record_event("warning", message=message)
 
     def _require_active(self, what: str) -> None:
         if self._stack is None:
@@ -441,33 +413,20 @@ class TrainingMonitor:
             )
 
 
-class _MarkedLoader:
-    """What ``mon.loader(dl)`` returns: iterates ``dl`` with each batch marked as a step boundary."""
-
-    def __init__(self, loader: Iterable, on_pass: Any, on_batch: Any):
-        self._loader = loader
-        self._on_pass = on_pass
-        self._on_batch = on_batch
-        self._epochs = capture.EpochTracker()
-
-    def __iter__(self) -> Iterator:
-        self._on_pass(self._epochs.begin_pass(self._loader))
-        return capture.iterate_marked(iter(self._loader), self._on_batch)
-
-    def __len__(self) -> int:
-        return len(self._loader)  # type: ignore[arg-type]
-
-
 # --- checks and small facts ---------------------------------------------------------------------------------------
 
 _OPTIONS = (
     "model", "optimizer", "train_loader", "log_dir", "log_every", "warmup_steps", "start_step",
     "samples_per_step", "scaler", "accumulate", "rank", "quiet", "profile", "precision", "seed", "tune", "shapes",
-    "callbacks",
+    "tensorboard", "callbacks",
 )
 
-# feature option -> (module, factory); factory(value, monitor) returns a Callback or None (the feature is off).
-# Each factory reads its own environment switch (ASCEND_TUNE_PROFILE, ...) when the option is not given.
+# feature option -> (module, factory); factory(value, ctx) returns a Callback or None (the feature is off); ctx is
+# the RunContext without features. Each factory reads its own environment switch (ASCEND_TUNE_PROFILE, ...) when the
+# option is not given. The order is the order of on_enter and of every step event: profile and precision only
+# prepare at on_enter (nothing is hooked before a selected step begins); seed then seeds, so that tune's probes,
+# which draw no random numbers, run after it and the user's first batch draws the seeded stream; shapes comes
+# last because it checks the precision feature it would run beside (ctx.feature("precision")).
 _FEATURES: dict = {
     "profile": ("ascend_tune.profiling", "build_callback"),
     "precision": ("ascend_tune.precision.callback", "build_callback"),
@@ -496,65 +455,10 @@ def _check_int(name: str, value: Any, minimum: int) -> None:
         raise ConfigError(f"{name} must be an integer >= {minimum}, got {value!r}")
 
 
-def _env_rank() -> int:
-    if "RANK" in os.environ:
-        try:
-            return int(os.environ["RANK"])
-        except ValueError:
-            raise ConfigError(
-                f"RANK={os.environ['RANK']!r} is not an integer; fix the launcher's environment"
-            ) from None
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_rank()
-    return 0
-
-
-def _world_size() -> int:
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_world_size()
-    try:
-        return int(os.environ.get("WORLD_SIZE", "1"))
-    except ValueError:
-        return 1
-
-
-def _batch_size(batch: Any) -> Optional[int]:
-    """Samples in a batch: the first dimension of the batch tensor, or of the first tensor it holds."""
-    if isinstance(batch, torch.Tensor):
-        return int(batch.shape[0]) if batch.dim() > 0 else None
-    if isinstance(batch, dict):
-        batch = list(batch.values())
-    if isinstance(batch, (list, tuple)):
-        for item in batch:
-            if isinstance(item, torch.Tensor) and item.dim() > 0:
-                return int(item.shape[0])
-    return None
-
-
-def _set_aside(folder: str, names: tuple) -> Optional[str]:
-    """Move earlier outputs into ``previous-<timestamp>/`` beside them, so a new run never overwrites them."""
-    present = [n for n in names if os.path.exists(os.path.join(folder, n))]
-    if not present:
-        return None
-    base = os.path.join(folder, "previous-" + time.strftime("%Y%m%d-%H%M%S"))
-    target, n = base, 1
-    while os.path.exists(target):
-        target, n = f"{base}-{n}", n + 1
-    os.makedirs(target)
-    for name in present:
-        shutil.move(os.path.join(folder, name), os.path.join(target, name))
-    logger.info("ascend_tune: earlier %s moved to %s", ", ".join(present), target)
-    return target
-
-
-def _echo_to_console(stack: contextlib.ExitStack) -> None:
-    """Show log lines on the console as the seed did, unless the application configured logging itself."""
-    if logger.hasHandlers():
-        return
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("[%(asctime)s] %(message)s", metrics.TIME_FORMAT))
-    old_level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    stack.callback(logger.setLevel, old_level)
-    stack.callback(logger.removeHandler, handler)
+def _env_switch(name: str) -> bool:
+    value = os.environ.get(name, "").strip().lower()
+    if value in ("", "0", "false", "no", "off"):
+        return False
+    if value in ("1", "true", "yes", "on"):
+        return True
+    raise ConfigError(f"{name}={os.environ[name]!r} is not an on/off word; use 1 or 0")

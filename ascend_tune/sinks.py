@@ -1,0 +1,172 @@
+"""Where the step clock's numbers go: one :class:`Sink` per output, apart from the maths in :mod:`.metrics`.
+
+- :class:`TextLogSink` — ``log.txt`` in the seed's line format, flushed per line (the live view), echoed to the
+  ``ascend_tune`` logger;
+- :class:`JsonlSink` — ``metrics.jsonl``, the same facts at full precision plus context, and event lines;
+- :class:`TensorBoardSink` — ``train/loss``, ``train/steps_per_sec``, ``train/samples_per_sec`` scalars under
+  ``<log_dir>/tensorboard`` through ``torch.utils.tensorboard`` (the ``tensorboard`` extra, imported only when on).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import time
+from typing import Any, Optional, Protocol, TextIO
+
+from .formats.log_line import TIME_FORMAT, format_log_line
+from .metrics import Window
+
+logger = logging.getLogger("ascend_tune")
+
+
+class Sink(Protocol):
+    """One output of the step clock."""
+
+    def write(self, window: Window, record: dict) -> None:
+        """One log window: ``record`` is its metrics.jsonl object (see :func:`window_record`)."""
+
+    def write_event(self, record: dict) -> None:
+        """An event line (``{"event": kind, ...}``); sinks that keep only numbers ignore it."""
+
+    def close(self) -> None:
+        """Flush and close; called once at the block's end."""
+
+
+def window_record(window: Window, **context: Any) -> dict:
+    """The metrics.jsonl object of a window: the log line's facts and the context the monitor adds."""
+    record = {
+        "step": window.last_step,
+        "loss": window.loss,
+        "steps_per_sec": window.steps_per_sec,
+        "samples_per_sec": window.samples_per_sec,
+        "time": window.end_time,
+        "first_step": window.first_step,
+        "window_steps": window.steps,
+        "seconds": window.seconds,
+        "samples": window.samples,
+        "step_losses": list(window.losses),
+        "nonfinite": window.nonfinite,
+        "skipped": window.skipped,
+    }
+    record.update(context)
+    return record
+
+
+class TextLogSink:
+    """``log.txt`` in the seed's format, one flushed line per log window; echoed to the ``ascend_tune`` logger."""
+
+    def __init__(self, path: str, append: bool, echo: bool):
+        self._file: TextIO = open(path, "a" if append else "w", buffering=1, encoding="utf-8")
+        self._echo = echo
+
+    def write(self, window: Window, record: dict) -> None:
+        line = format_log_line(window.last_step, window.loss, window.steps_per_sec, window.end_time)
+        self._file.write(line + "\n")
+        if self._echo:
+            logger.info(line.split("] ", 1)[1])
+
+    def write_event(self, record: dict) -> None:
+        pass
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class JsonlSink:
+    """``metrics.jsonl``: one JSON object per log line with full-precision values, and event lines.
+
+    Flushed at most once a second (and at the end): a write to disk per line costs more than the line at
+    ``log_every=1`` on slow filesystems, and log.txt, flushed per line, is the live view.
+    """
+
+    FLUSH_EVERY_S = 1.0
+
+    def __init__(self, path: str, append: bool):
+        self._file: TextIO = open(path, "a" if append else "w", encoding="utf-8")
+        self._flushed = time.monotonic()
+
+    def write(self, window: Window, record: dict) -> None:
+        self.write_event(record)
+
+    def write_event(self, record: dict) -> None:
+        self._file.write(json.dumps(record, allow_nan=True, default=str) + "\n")
+        now = time.monotonic()
+        if now - self._flushed >= self.FLUSH_EVERY_S:
+            self._file.flush()
+            self._flushed = now
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class TensorBoardSink:
+    """TensorBoard scalars, one point per log line at the line's step: ``train/loss``, ``train/steps_per_sec`` and,
+    when samples are counted, ``train/samples_per_sec``."""
+
+    def __init__(self, folder: str, purge_step: Optional[int] = None):
+        from torch.utils.tensorboard import SummaryWriter  # needs the tensorboard package
+
+        os.makedirs(folder, exist_ok=True)
+        # purge_step: a resumed run drops the points an interrupted run wrote past its restart step
+        self._writer = SummaryWriter(log_dir=folder, purge_step=purge_step)
+
+    def write(self, window: Window, record: dict) -> None:
+        step, when = window.last_step, window.end_time
+        self._writer.add_scalar("train/loss", window.loss, step, walltime=when)
+        self._writer.add_scalar("train/steps_per_sec", window.steps_per_sec, step, walltime=when)
+        if window.samples_per_sec is not None:
+            self._writer.add_scalar("train/samples_per_sec", window.samples_per_sec, step, walltime=when)
+
+    def write_event(self, record: dict) -> None:
+        pass
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+def tensorboard_available() -> Optional[str]:
+    """None when ``torch.utils.tensorboard`` can be used, else why not (one line)."""
+    try:
+        import tensorboard  # noqa: F401
+    except Exception as exc:  # a broken install raises more than ImportError
+        return f"the tensorboard package cannot be imported ({type(exc).__name__}: {exc})"
+    return None
+
+
+class EventLog:
+    """The run's :class:`~ascend_tune.context.EventRecorder`: event lines go to every JSONL sink added."""
+
+    def __init__(self, rank: int):
+        self._rank = rank
+        self._sinks: list = []
+
+    def add(self, sink: Sink) -> None:
+        """Send event lines to ``sink`` too."""
+        self._sinks.append(sink)
+
+    def record_event(self, kind: str, **fields: Any) -> None:
+        """Add ``{"event": kind, "time": ..., "rank": ..., **fields}`` to each sink."""
+        record = {"event": kind, "time": time.time(), "rank": self._rank, **fields}
+        for sink in self._sinks:
+            sink.write_event(record)
+
+    def warn(self, message: str) -> None:
+        """Warn through the ``ascend_tune`` logger and record the warning."""
+        logger.warning("ascend_tune: %s", message)
+        self.record_event("warning", message=message)
+
+
+def echo_to_console(stack: contextlib.ExitStack) -> None:
+    """Show log lines on the console as the seed did, unless the application configured logging itself."""
+    if logger.hasHandlers():
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("[%(asctime)s] %(message)s", TIME_FORMAT))
+    old_level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    stack.callback(logger.setLevel, old_level)
+    stack.callback(logger.removeHandler, handler)
