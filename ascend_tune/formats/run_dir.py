@@ -96,10 +96,10 @@ class RunDir:
         """``root/rank{R}/part/...``."""
         return self.path(rank_dir_name(rank), *parts)
 
-    def set_aside(self, relpaths: "list | tuple", what: str = "outputs") -> Optional[str]:
+    def set_aside(self, relpaths: list | tuple, what: str = "outputs") -> Optional[str]:
         """Move the given files or folders (relative to the root) that exist into ``previous-<timestamp>/``.
 
-        One such folder per RunDir and second: the monitor's logs and a feature's earlier dump that are set aside
+        One such folder per RunDir: the monitor's logs and a feature's earlier dump that are set aside
         at one start land together, each at its relative path. Returns the folder, or None when nothing was there.
         """
         present = [p for p in relpaths if os.path.lexists(self.path(p))]
