@@ -25,8 +25,7 @@ import torch
 from . import capture, device, metrics, sinks
 from .callbacks import Callback
 from .context import RunContext, detect_rank, detect_world_size
-from .errors import ConfigError, OutputError, check_option_names
-from .formats import run_dir as names
+from .errors import ConfigError, check_option_names
 from .formats.atomic import write_json_atomic
 from .formats.run_dir import RunDir
 from .steps import ClosedStep, StepTracker
@@ -311,57 +310,15 @@ class TrainingMonitor:
     # --- outputs ---------------------------------------------------------------------------------------------------
 
     def _open_outputs(self, stack: contextlib.ExitStack) -> None:
-        """Rank 0: log.txt, metrics.jsonl (and summary.json at exit), TensorBoard scalars when asked; with several
-        ranks, every rank also keeps ``rank{R}/metrics.jsonl``."""
-        resume = self.start_step > 0
-        run = self.run_dir
-        tensorboard = self._tensorboard_wanted() if self.rank == 0 else False
-        opened: list = []
-        try:
-            os.makedirs(run.root, exist_ok=True)
-            if self.rank == 0:
-                run.set_aside([names.SUMMARY_JSON] if resume else list(names.STEP_LOG_FILES), "logs")
-                opened.append(sinks.TextLogSink(run.log_txt, append=resume, echo=not self.quiet))
-                opened.append(sinks.JsonlSink(run.metrics_jsonl, append=resume))
-                self._events.add(opened[-1])
-            if self.world_size > 1:
-                rank_run = RunDir(run.path(names.rank_dir_name(self.rank)))
-                os.makedirs(rank_run.root, exist_ok=True)
-                if not resume:
-                    rank_run.set_aside([names.METRICS_JSONL], "logs")
-                opened.append(sinks.JsonlSink(rank_run.metrics_jsonl, append=resume))
-                self._events.add(opened[-1])
-            if tensorboard:
-                purge = self.start_step if resume else None
-                opened.append(sinks.TensorBoardSink(run.tensorboard_dir, purge_step=purge))
-        except OSError as exc:
-            for sink in opened:
-                sink.close()
-            raise OutputError(
-                f"cannot write to log_dir {self.log_dir!r} ({exc.strerror or exc}); pass a writable folder"
-            ) from None
+        opened = sinks.open_step_sinks(
+            self.run_dir, self.rank, self.world_size, resume=self.start_step > 0, echo=not self.quiet,
+            tensorboard=self.tensorboard, events=self._events,
+        )
         for sink in opened:
             stack.callback(sink.close)
         self._sinks.extend(opened)
         if self.rank == 0 and not self.quiet:
             sinks.echo_to_console(stack)
-
-    def _tensorboard_wanted(self) -> bool:
-        """``tensorboard=True`` (or ``ASCEND_TUNE_TENSORBOARD=1``): refused at the start when the package is missing,
-        warned and left off when only the environment asked for it."""
-        wanted = self.tensorboard
-        from_env = wanted is None
-        if from_env:
-            wanted = _env_switch("ASCEND_TUNE_TENSORBOARD")
-        if not wanted:
-            return False
-        why_not = sinks.tensorboard_available()
-        if why_not is None:
-            return True
-        if not from_env:
-            raise ConfigError(f"tensorboard=True needs {why_not}; pip install 'ascend-tune[tensorboard]'")
-        logger.warning("ascend_tune: ASCEND_TUNE_TENSORBOARD is set but %s; no TensorBoard scalars", why_not)
-        return False
 
     def _gather_ranks(self) -> Optional[dict]:
         dist = torch.distributed
@@ -453,12 +410,3 @@ def _check_model(model: Any) -> None:
 def _check_int(name: str, value: Any, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ConfigError(f"{name} must be an integer >= {minimum}, got {value!r}")
-
-
-def _env_switch(name: str) -> bool:
-    value = os.environ.get(name, "").strip().lower()
-    if value in ("", "0", "false", "no", "off"):
-        return False
-    if value in ("1", "true", "yes", "on"):
-        return True
-    raise ConfigError(f"{name}={os.environ[name]!r} is not an on/off word; use 1 or 0")

@@ -16,7 +16,10 @@ import os
 import time
 from typing import Any, Optional, Protocol, TextIO
 
+from .errors import ConfigError, OutputError
+from .formats import run_dir as names
 from .formats.log_line import TIME_FORMAT, format_log_line
+from .formats.run_dir import RunDir
 from .metrics import Window
 
 logger = logging.getLogger("ascend_tune")
@@ -106,12 +109,11 @@ class TensorBoardSink:
     """TensorBoard scalars, one point per log line at the line's step: ``train/loss``, ``train/steps_per_sec`` and,
     when samples are counted, ``train/samples_per_sec``."""
 
-    def __init__(self, folder: str, purge_step: Optional[int] = None):
+    def __init__(self, folder: str):
         from torch.utils.tensorboard import SummaryWriter  # needs the tensorboard package
 
         os.makedirs(folder, exist_ok=True)
-        # purge_step: a resumed run drops the points an interrupted run wrote past its restart step
-        self._writer = SummaryWriter(log_dir=folder, purge_step=purge_step)
+        self._writer = SummaryWriter(log_dir=folder)
 
     def write(self, window: Window, record: dict) -> None:
         step, when = window.last_step, window.end_time
@@ -125,6 +127,63 @@ class TensorBoardSink:
 
     def close(self) -> None:
         self._writer.close()
+
+
+def open_step_sinks(run: RunDir, rank: int, world_size: int, *, resume: bool, echo: bool,
+                    tensorboard: Optional[bool], events: EventLog) -> list:
+    """The sinks of this rank, opened: rank 0 writes log.txt, metrics.jsonl and, when asked, TensorBoard scalars;
+    with several ranks every rank also keeps ``rank{R}/metrics.jsonl``. Earlier outputs are set aside (a resumed
+    run, ``resume``, appends to its logs instead). Raises :class:`OutputError` when the folder is not writable."""
+    wanted = tensorboard_wanted(tensorboard) if rank == 0 else False
+    opened: list = []
+    try:
+        os.makedirs(run.root, exist_ok=True)
+        if rank == 0:
+            run.set_aside([names.SUMMARY_JSON] if resume else list(names.STEP_LOG_FILES), "logs")
+            opened.append(TextLogSink(run.log_txt, append=resume, echo=echo))
+            opened.append(JsonlSink(run.metrics_jsonl, append=resume))
+            events.add(opened[-1])
+        if world_size > 1:
+            rank_run = RunDir(run.path(names.rank_dir_name(rank)))
+            os.makedirs(rank_run.root, exist_ok=True)
+            if not resume:
+                rank_run.set_aside([names.METRICS_JSONL], "logs")
+            opened.append(JsonlSink(rank_run.metrics_jsonl, append=resume))
+            events.add(opened[-1])
+        if wanted:
+            opened.append(TensorBoardSink(run.tensorboard_dir))
+    except OSError as exc:
+        for sink in opened:
+            sink.close()
+        raise OutputError(
+            f"cannot write to log_dir {run.root!r} ({exc.strerror or exc}); pass a writable folder"
+        ) from None
+    return opened
+
+
+def tensorboard_wanted(option: Optional[bool]) -> bool:
+    """``tensorboard=True`` (or, when not given, ``ASCEND_TUNE_TENSORBOARD=1``): refused at the start when the
+    package is missing, warned and left off when only the environment asked for it."""
+    from_env = option is None
+    wanted = _env_switch("ASCEND_TUNE_TENSORBOARD") if from_env else option
+    if not wanted:
+        return False
+    why_not = tensorboard_available()
+    if why_not is None:
+        return True
+    if not from_env:
+        raise ConfigError(f"tensorboard=True needs {why_not}; pip install 'ascend-tune[tensorboard]'")
+    logger.warning("ascend_tune: ASCEND_TUNE_TENSORBOARD is set but %s; no TensorBoard scalars", why_not)
+    return False
+
+
+def _env_switch(name: str) -> bool:
+    value = os.environ.get(name, "").strip().lower()
+    if value in ("", "0", "false", "no", "off"):
+        return False
+    if value in ("1", "true", "yes", "on"):
+        return True
+    raise ConfigError(f"{name}={os.environ[name]!r} is not an on/off word; use 1 or 0")
 
 
 def tensorboard_available() -> Optional[str]:
