@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
-EXTRAS ?= test,plot,msprobe,msprof
+EXTRAS ?= test,plot,msprobe,msprof,tensorboard
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.ascend_tune-installed
 DEMO_OUT ?= exp/demo
