@@ -13,11 +13,13 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Optional, Union
 
+from ..errors import InputError
 from .advisor_findings import SEVERITIES, Finding
 from .advisor_msprof import ascend_pt_folders, run_msprof_advisor
 from .advisor_rules import RULES
 from .advisor_steps import BREAKDOWN, step_times, top_ops
-from .advisor_trace import Trace, find_traces, read_trace
+from .traces.find import TRACE_PATTERNS, find_traces
+from .traces.model import Trace, read_trace
 
 __all__ = ["AdviceReport", "Finding", "TraceAdvice", "advise_traces", "analyse_trace"]
 
@@ -89,7 +91,7 @@ class AdviceReport:
 def analyse_trace(trace: Trace) -> TraceAdvice:
     """Run every rule on one parsed trace and add its step breakdown and top ops.
 
-    trace: from ``advisor_trace.read_trace``.
+    trace: from ``traces.model.read_trace``.
     """
     findings = [finding for rule in RULES for finding in rule(trace)]
     findings.sort(key=lambda f: SEVERITIES.index(f.severity), reverse=True)
@@ -125,10 +127,18 @@ def advise_traces(
     """Advice for every trace in ``paths_or_dir``; with ``out_dir``, also write ``advice.html`` there.
 
     paths_or_dir: a trace file (``.json``/``.json.gz``), a folder searched for ``*.pt.trace.json[.gz]`` and
-        ``trace_view.json``, or a list of those. Bad input raises ``InputError``.
+        ``trace_view.json``, or a list of those. Bad input, or no trace at all, raises ``InputError``.
     out_dir: folder for ``advice.html`` and msprof-analyze's files; None writes nothing.
     """
     paths = find_traces(paths_or_dir)
+    if not paths:
+        given = [paths_or_dir] if isinstance(paths_or_dir, (str, os.PathLike)) else list(paths_or_dir)
+        if not given:
+            raise InputError("no trace given: name a trace file or a folder of traces")
+        raise InputError(
+            f"no {', '.join(TRACE_PATTERNS)} under {', '.join(os.fspath(p) for p in given)}: point at a "
+            "torch.profiler or torch_npu profiler output folder, or at one trace file"
+        )
     report = AdviceReport(traces=tuple(analyse_trace(read_trace(path)) for path in paths))
     folders = ascend_pt_folders(paths)
     if folders:

@@ -12,7 +12,7 @@ from collections import defaultdict
 from .advisor_findings import Finding, median, step_label, step_windows
 from .advisor_steps import device_busy_us, is_dataloader
 from .advisor_sync_rules import host_syncs, launch_blocking, sync_batchnorm
-from .advisor_trace import Trace
+from .traces.model import Trace
 
 MIN_OPTIMIZER_OPS = 20  # per step: above this a per-parameter loop is worth fusing
 MANY_OPS_PER_STEP = 500  # top-level ops per step for the dispatch-bound rule

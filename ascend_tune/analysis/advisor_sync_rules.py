@@ -11,7 +11,7 @@ from collections import defaultdict
 
 from .advisor_findings import Finding, median, step_label, step_windows
 from .advisor_steps import is_dataloader, is_optimizer, is_sync
-from .advisor_trace import Trace
+from .traces.model import Trace
 
 MAX_SYNCBN = 20  # msprof-analyze's max_syncbn_num
 SYNC_LAUNCH_RATIO = 0.5  # msprof-analyze's min_co_occurrence_ratio

@@ -24,6 +24,7 @@ from .logs import LossLog, read_log
 from .loss_compare import LossComparison, compare_loss
 from .outputs import write_atomic
 from .throughput import RunThroughput, throughput
+from .traces.find import find_traces
 
 MAX_STEP_ROWS = 2000
 
@@ -116,12 +117,7 @@ def _shapes(path: str) -> Optional[tuple]:
 
 
 def _traces(folder: str) -> list:
-    found = []
-    for root, _dirs, files in os.walk(folder):
-        for name in sorted(files):
-            if name.endswith((".pt.trace.json", ".pt.trace.json.gz")) or name == "trace_view.json":
-                found.append(os.path.join(root, name))
-    return sorted(found)
+    return list(find_traces(folder)) if os.path.isdir(folder) else []
 
 
 def _dumps(dump_dir: str) -> tuple:
