@@ -41,7 +41,7 @@ class RunReport:
     tuning: Optional[dict]
     shapes: Optional[tuple]  # rows of shapes.csv (dicts); None without the file
     traces: tuple  # trace files under profile/
-    advice: Any  # analysis.advisor.AdviceReport or None
+    advice: Any  # analysis.advisor.analyse.AdviceReport or None
     dump_steps: tuple  # step numbers with a precision dump
     overflows: tuple  # precision.overflow.Overflow
     notes: tuple = field(default=())
@@ -83,7 +83,7 @@ def build_report(run: str, baseline: Optional[str] = None, threshold: float = 0.
     traces = _traces(os.path.join(run, "profile"))
     advice = None
     if advise and traces:
-        from .advisor import advise_traces
+        from .advisor.analyse import advise_traces
 
         try:
             advice = advise_traces(os.path.join(run, "profile"))

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from html.parser import HTMLParser
 from typing import Optional
 
-from .traces.find import ascend_pt_folder
+from ..traces.find import ascend_pt_folder
 
 TIMEOUT_S = 600
 _MAX_SUMMARY_LINES = 60
@@ -46,6 +46,7 @@ def ascend_pt_folders(trace_paths) -> tuple:
 
 
 def msprof_installed() -> bool:
+    """Whether ``msprof_analyze`` can be imported here."""
     return importlib.util.find_spec("msprof_analyze") is not None
 
 
