@@ -494,12 +494,13 @@ class ProfilerCallback(Callback):
         return out
 
     def _advise(self, mon: Any) -> None:
-        from .analysis.advisor import advise_traces
+        from .analysis.advisor.analyse import advise_traces
+        from .analysis.advisor.render import write_html
         from .errors import AscendTuneError
 
         folder = self.session.rank_dir
         try:
-            self.advice = advise_traces([t.path for t in self.session.traces], out_dir=folder)
+            self.advice = write_html(advise_traces([t.path for t in self.session.traces], out_dir=folder), folder)
         except AscendTuneError as exc:  # advice is a bonus: a trace it cannot read must not fail the run
             mon.warn(f"the trace advisor could not run on {folder}: {exc}")
             return

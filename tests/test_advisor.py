@@ -12,7 +12,7 @@ import torch
 from torch.utils.data import DataLoader
 from torch.utils.data.dataloader import default_collate
 
-from ascend_tune.analysis.advisor import advise_traces
+from ascend_tune.analysis.advisor.analyse import advise_traces
 from ascend_tune.cli import main
 from ascend_tune.testing.models import MobileNetV1, TinyMLP, synthetic_classification, synthetic_images
 

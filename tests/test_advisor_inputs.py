@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from ascend_tune.analysis.advisor import advise_traces
+from ascend_tune.analysis.advisor.analyse import advise_traces
 from ascend_tune.cli import main
 from ascend_tune.errors import InputError
 

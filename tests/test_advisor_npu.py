@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from ascend_tune.analysis.advisor import advise_traces
-from ascend_tune.analysis.advisor_report import render_markdown
+from ascend_tune.analysis.advisor.analyse import advise_traces
+from ascend_tune.analysis.advisor.render import render_markdown
 from ascend_tune.cli import main
 
 PID_PYTHON, PID_CANN, PID_DEVICE, TID = 1_000, 2_000, 3_000, 77

@@ -12,8 +12,8 @@ import torch
 from torch.utils.data import DataLoader
 from torch.utils.data.dataloader import default_collate
 
-from ascend_tune.analysis.advisor import advise_traces
-from ascend_tune.analysis.advisor_report import render_markdown
+from ascend_tune.analysis.advisor.analyse import advise_traces
+from ascend_tune.analysis.advisor.render import render_markdown, write_html
 from ascend_tune.testing.models import TinyMLP, synthetic_classification
 
 
@@ -81,7 +81,7 @@ def _parse(path) -> _Page:
 
 
 def test_advice_html_holds_the_findings_and_an_inline_png_chart(trace_dir, tmp_path):
-    report = advise_traces(trace_dir, out_dir=tmp_path)
+    report = write_html(advise_traces(trace_dir), tmp_path)
     assert report.html_path == str(tmp_path / "advice.html")
     page = _parse(report.html_path)
     assert sorted(page.rules) == sorted((f.rule, f.severity) for f in report.findings)
@@ -98,13 +98,13 @@ def test_advice_html_holds_the_findings_and_an_inline_png_chart(trace_dir, tmp_p
 
 def test_without_matplotlib_the_page_says_how_to_get_the_chart(trace_dir, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)
-    page = _parse(advise_traces(trace_dir, out_dir=tmp_path).html_path)
+    page = _parse(write_html(advise_traces(trace_dir), tmp_path).html_path)
     assert page.images == []
     assert any("ascend-tune[plot]" in chunk for chunk in page.text)
 
 
 def test_markdown_lists_findings_before_the_tables_and_names_the_html(trace_dir, tmp_path):
-    report = advise_traces(trace_dir, out_dir=tmp_path)
+    report = write_html(advise_traces(trace_dir), tmp_path)
     markdown = render_markdown(report)
     assert markdown.index("[warning]") < markdown.index("### Step time (ms)") < markdown.index("### Top ops")
     assert f"HTML report: {report.html_path}" in markdown
@@ -114,3 +114,6 @@ def test_without_out_dir_nothing_is_written(trace_dir, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     report = advise_traces(trace_dir)
     assert report.html_path is None and list(tmp_path.iterdir()) == []
+    # analysing with a folder for msprof-analyze's files writes no page either: only render.write_html does
+    assert advise_traces(trace_dir, out_dir=tmp_path / "out").html_path is None
+    assert not (tmp_path / "out" / "advice.html").exists()

@@ -105,8 +105,9 @@ def test_the_trace_command_does_not_import_torch(tmp_path):
     path = tmp_path / "t.pt.trace.json"
     path.write_text(json.dumps({"traceEvents": [{"name": "ProfilerStep#4", "ph": "X", "ts": 1, "dur": 2}]}))
     code = (
-        "import sys; from ascend_tune.analysis import trace_command as t, traces; "
-        f"listing = traces.scan_traces({str(path)!r}); "
+        "import sys; from ascend_tune.analysis import trace_command as t; "
+        "from ascend_tune.analysis.traces.listing import scan_traces; "
+        f"listing = scan_traces({str(path)!r}); "
         "print(listing.traces[0].steps, 'torch' in sys.modules)"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

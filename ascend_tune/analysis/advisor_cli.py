@@ -28,8 +28,8 @@ def add_commands(subparsers) -> None:
 
 
 def _cmd_advise(args: argparse.Namespace) -> int:
-    from .advisor import advise_traces
-    from .advisor_report import render_markdown
+    from .advisor.analyse import advise_traces
+    from .advisor.render import render_markdown, write_html
 
     out_dir = args.out_dir
     if out_dir is None:
@@ -37,6 +37,8 @@ def _cmd_advise(args: argparse.Namespace) -> int:
     if not os.path.exists(args.trace):
         out_dir = None  # advise_traces reports the missing input; do not create folders for it
     report = advise_traces(args.trace, out_dir=out_dir)
+    if out_dir is not None:
+        report = write_html(report, out_dir)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:

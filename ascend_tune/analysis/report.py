@@ -24,6 +24,7 @@ from .logs import LossLog, read_log
 from .loss_compare import LossComparison, compare_loss
 from .outputs import write_atomic
 from .throughput import RunThroughput, throughput
+from .traces.find import find_traces
 
 MAX_STEP_ROWS = 2000
 
@@ -40,7 +41,7 @@ class RunReport:
     tuning: Optional[dict]
     shapes: Optional[tuple]  # rows of shapes.csv (dicts); None without the file
     traces: tuple  # trace files under profile/
-    advice: Any  # analysis.advisor.AdviceReport or None
+    advice: Any  # analysis.advisor.analyse.AdviceReport or None
     dump_steps: tuple  # step numbers with a precision dump
     overflows: tuple  # precision.overflow.Overflow
     notes: tuple = field(default=())
@@ -82,7 +83,7 @@ def build_report(run: str, baseline: Optional[str] = None, threshold: float = 0.
     traces = _traces(os.path.join(run, "profile"))
     advice = None
     if advise and traces:
-        from .advisor import advise_traces
+        from .advisor.analyse import advise_traces
 
         try:
             advice = advise_traces(os.path.join(run, "profile"))
@@ -116,12 +117,7 @@ def _shapes(path: str) -> Optional[tuple]:
 
 
 def _traces(folder: str) -> list:
-    found = []
-    for root, _dirs, files in os.walk(folder):
-        for name in sorted(files):
-            if name.endswith((".pt.trace.json", ".pt.trace.json.gz")) or name == "trace_view.json":
-                found.append(os.path.join(root, name))
-    return sorted(found)
+    return list(find_traces(folder)) if os.path.isdir(folder) else []
 
 
 def _dumps(dump_dir: str) -> tuple:

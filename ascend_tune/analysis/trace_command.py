@@ -6,7 +6,7 @@ import argparse
 import os
 
 from ..errors import InputError
-from .traces import TraceInfo, scan_traces
+from .traces.listing import TraceInfo, scan_traces
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:

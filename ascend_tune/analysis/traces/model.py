@@ -1,29 +1,24 @@
-"""The advisor's trace reader: torch.profiler Chrome traces and torch_npu ``trace_view.json``, cut into steps.
+"""A trace cut into steps: torch.profiler Chrome traces and torch_npu ``trace_view.json`` as one model.
 
-Both formats are Chrome trace events. torch.profiler writes ``{"traceEvents": [...]}`` with numeric ``ts``; torch_npu
-writes a bare list, ``ts`` often as a string of microseconds, framework events with cat ``cpu_op``, CANN calls
-(``AscendCL@...``) in a process named ``CANN`` and device tasks in ``Ascend Hardware``. Host events (ops, annotations,
-Python frames, runtime calls) are nested per thread into one tree, so a rule can walk from an op up to the Python line
-that called it. Standard library only: ``ascend-tune advise`` never imports torch.
+Both formats are Chrome trace events (read by ``traces.load``). torch.profiler writes ``{"traceEvents": [...]}``;
+torch_npu writes a bare list, framework events with cat ``cpu_op``, CANN calls (``AscendCL@...``) in a process named
+``CANN`` and device tasks in ``Ascend Hardware``. Host events (ops, annotations, Python frames, runtime calls) are
+nested per thread into one tree, so a rule can walk from an op up to the Python line that called it.
 """
 
 from __future__ import annotations
 
 import bisect
-import gzip
-import json
 import math
 import os
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Optional, Union
 
-from ..errors import InputError
+from ...errors import InputError
+from .load import load_trace_file
 
-TRACE_PATTERNS = ("*.pt.trace.json", "*.pt.trace.json.gz", "trace_view.json")
-
-_STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
+STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")  # the marker prof.step() records around each step
 # An op is a dispatcher call ("aten::add", "npu::npu_rms_norm", "c10d::allreduce_"); "autograd::engine::..." is a
 # wrapper around backward ops and "profiler::" marks the profiler's own work.
 _OP_NAME = re.compile(r"^(?!autograd::|profiler::)[A-Za-z_]\w*::")
@@ -127,55 +122,11 @@ class Trace:
         return ()
 
 
-def find_traces(paths_or_dir: Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]]) -> tuple:
-    """The trace files named by a file, a folder (searched recursively for ``TRACE_PATTERNS``) or a list of those."""
-    if isinstance(paths_or_dir, (str, os.PathLike)):
-        paths_or_dir = [paths_or_dir]
-    found: list = []
-    for entry in paths_or_dir:
-        path = os.fspath(entry)
-        if os.path.isfile(path):
-            found.append(path)
-        elif os.path.isdir(path):
-            matches = _search(path)
-            if not matches:
-                raise InputError(
-                    f"no {', '.join(TRACE_PATTERNS)} under {path}: point at a torch.profiler or torch_npu "
-                    "profiler output folder, or at one trace file"
-                )
-            found.extend(matches)
-        else:
-            raise InputError(f"{path} does not exist: give a trace file or a folder of traces")
-    if not found:
-        raise InputError("no trace given: name a trace file or a folder of traces")
-    return tuple(dict.fromkeys(found))
-
-
-def _search(folder: str) -> list:
-    import fnmatch
-
-    matches = []
-    for root, dirs, files in os.walk(folder):
-        dirs.sort()
-        for name in sorted(files):
-            if any(fnmatch.fnmatch(name, pattern) for pattern in TRACE_PATTERNS):
-                matches.append(os.path.join(root, name))
-    return matches
-
-
 def read_trace(path: Union[str, os.PathLike]) -> Trace:
     """Parse one trace file (``.json`` or ``.json.gz``) into a :class:`Trace`; bad input raises ``InputError``."""
-    path = os.fspath(path)
-    raw = _load_json(path)
-    if isinstance(raw, dict) and isinstance(raw.get("traceEvents"), list):
-        records, kind, header = raw["traceEvents"], "torch.profiler", raw
-    elif isinstance(raw, list):
-        records, kind, header = raw, "torch_npu", {}
-    else:
-        raise InputError(
-            f"{path} is JSON but not a Chrome trace (no 'traceEvents' list): give a torch.profiler "
-            "*.pt.trace.json or a torch_npu trace_view.json"
-        )
+    loaded = load_trace_file(path)
+    path, records, header = loaded.path, loaded.events, loaded.header
+    kind = "torch_npu" if loaded.kind == "torch_npu" else "torch.profiler"
 
     process_names = {}
     for record in records:
@@ -183,15 +134,13 @@ def read_trace(path: Union[str, os.PathLike]) -> Trace:
             process_names[record.get("pid")] = str((record.get("args") or {}).get("name", ""))
 
     events = []
-    string_ts = False
     for record in records:
-        if not isinstance(record, dict) or record.get("ph") != "X":
+        if record.get("ph") != "X":
             continue
         try:
             ts, dur = float(record["ts"]), float(record.get("dur", 0.0) or 0.0)
         except (KeyError, TypeError, ValueError):
             continue
-        string_ts = string_ts or isinstance(record["ts"], str)
         cat = str(record.get("cat") or "")
         name = str(record.get("name", ""))
         args = record.get("args") if isinstance(record.get("args"), dict) else {}
@@ -203,7 +152,7 @@ def read_trace(path: Union[str, os.PathLike]) -> Trace:
             f"{path} has no complete ('ph': 'X') events: it is not a profiler trace, or the profiler stopped "
             "before the first step; profile at least one full step"
         )
-    if string_ts or any(name in ("CANN", "Ascend Hardware") for name in process_names.values()):
+    if loaded.string_ts or any(name in ("CANN", "Ascend Hardware") for name in process_names.values()):
         kind = "torch_npu"
 
     events.sort(key=lambda e: (e.ts, -e.dur))
@@ -229,27 +178,6 @@ def read_trace(path: Union[str, os.PathLike]) -> Trace:
         starts=tuple(e.ts for e in events),
         eps_us=eps_us,
     )
-
-
-def _load_json(path: str) -> Any:
-    try:
-        if path.endswith(".gz"):
-            with gzip.open(path, "rt", encoding="utf-8") as fh:
-                text = fh.read()
-        else:
-            with open(path, encoding="utf-8") as fh:
-                text = fh.read()
-    except (OSError, EOFError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read {path} ({exc}): give an uncorrupted trace file") from None
-    if not text.strip():
-        raise InputError(f"{path} is empty: the profiler did not finish writing it; profile again")
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(
-            f"{path} is not valid JSON ({exc.msg} at line {exc.lineno}): it is probably truncated; "
-            "let the profiler finish (leave its `with` block) and use the new file"
-        ) from None
 
 
 def _role(name: str, cat: str, args: dict, process: str) -> Optional[Role]:
@@ -283,7 +211,7 @@ def _nest(events: list, eps_us: float) -> list:
 def _steps(events: list) -> tuple:
     steps = {}
     for event in events:
-        match = _STEP_NAME.match(event.name) if event.role == "host" else None
+        match = STEP_NAME.match(event.name) if event.role == "host" else None
         if match and int(match.group(1)) not in steps:
             steps[int(match.group(1))] = Step(int(match.group(1)), event.ts, event.dur, event.tid)
     if steps:

@@ -6,7 +6,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Optional
 
-from .advisor_trace import Trace
+from ..traces.model import Trace
 
 SEVERITIES = ("info", "warning", "critical")  # warning and above make `ascend-tune advise` exit 1
 

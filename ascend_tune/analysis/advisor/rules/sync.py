@@ -1,4 +1,4 @@
-"""The advisor's rules on syncs: ``.item()``-style host reads, SyncBatchNorm, and launches that block.
+"""Rules ``host-sync``, ``sync-batchnorm`` and ``launch-blocking``: where the host waits for the device.
 
 A sync is located by the Python frames around it (``with_stack=True``: kineto's ``python_function`` events, or
 torch_npu's "Call stack" argument) or, without them, by the ops and annotations that enclose it.
@@ -9,9 +9,9 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
-from .advisor_findings import Finding, median, step_label, step_windows
-from .advisor_steps import is_dataloader, is_optimizer, is_sync
-from .advisor_trace import Trace
+from ...traces.model import Trace
+from ..findings import Finding, median, step_label, step_windows
+from ..steps import is_dataloader, is_optimizer, is_sync
 
 MAX_SYNCBN = 20  # msprof-analyze's max_syncbn_num
 SYNC_LAUNCH_RATIO = 0.5  # msprof-analyze's min_co_occurrence_ratio

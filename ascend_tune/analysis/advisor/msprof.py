@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from html.parser import HTMLParser
 from typing import Optional
 
+from ..traces.find import ascend_pt_folder
+
 TIMEOUT_S = 600
 _MAX_SUMMARY_LINES = 60
 _LEGEND = frozenset({"Performance Optimization Suggestions", "Optimization Priority:", "High", "Medium", "Low"})
@@ -39,16 +41,12 @@ class MsprofRun:
 
 def ascend_pt_folders(trace_paths) -> tuple:
     """The ``*_ascend_pt`` folders whose ``ASCEND_PROFILER_OUTPUT/trace_view.json`` is among ``trace_paths``."""
-    folders = []
-    for path in trace_paths:
-        parent = os.path.dirname(os.path.abspath(path))
-        folder = os.path.dirname(parent)
-        if os.path.basename(parent) == "ASCEND_PROFILER_OUTPUT" and folder.endswith("_ascend_pt"):
-            folders.append(folder)
-    return tuple(dict.fromkeys(folders))
+    folders = (ascend_pt_folder(path) for path in trace_paths)
+    return tuple(dict.fromkeys(folder for folder in folders if folder is not None))
 
 
 def msprof_installed() -> bool:
+    """Whether ``msprof_analyze`` can be imported here."""
     return importlib.util.find_spec("msprof_analyze") is not None
 
 

@@ -1,9 +1,9 @@
-"""The trace advisor: ma-advisor-style findings from torch.profiler (CPU, GPU) and torch_npu traces.
+"""The advisor's model: ma-advisor-style findings for each trace, gathered into one :class:`AdviceReport`.
 
-``advise_traces(path)`` reads every trace under ``path``, runs the rules of ``advisor_rules`` on each, adds a per-step
-time breakdown and the top ops by self time, and, for torch_npu ``*_ascend_pt`` folders, Ascend's own
-``msprof-analyze advisor`` when it is installed. It returns an :class:`AdviceReport`; ``advisor_report`` renders it
-as markdown or ``advice.html``, and ``ascend-tune advise`` prints it.
+``advise_traces(path)`` finds every trace under ``path`` (``traces.find``), runs the rules of ``rules.RULES`` on
+each, adds a per-step time breakdown and the top ops by self time, and, for torch_npu ``*_ascend_pt`` folders,
+Ascend's own ``msprof-analyze advisor`` when it is installed. Nothing here renders or writes a page:
+``render.render_markdown`` / ``render.write_html`` do that with the report.
 """
 
 from __future__ import annotations
@@ -13,11 +13,13 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Optional, Union
 
-from .advisor_findings import SEVERITIES, Finding
-from .advisor_msprof import ascend_pt_folders, run_msprof_advisor
-from .advisor_rules import RULES
-from .advisor_steps import BREAKDOWN, step_times, top_ops
-from .advisor_trace import Trace, find_traces, read_trace
+from ...errors import InputError
+from ..traces.find import TRACE_PATTERNS, find_traces
+from ..traces.model import Trace, read_trace
+from .findings import SEVERITIES, Finding
+from .msprof import ascend_pt_folders, run_msprof_advisor
+from .rules import RULES
+from .steps import BREAKDOWN, step_times, top_ops
 
 __all__ = ["AdviceReport", "Finding", "TraceAdvice", "advise_traces", "analyse_trace"]
 
@@ -33,8 +35,8 @@ class TraceAdvice:
     device: str  # "cpu" | "gpu" | "npu"
     has_stack: bool
     has_shapes: bool
-    steps: tuple  # of advisor_steps.StepTime
-    top_ops: tuple  # of advisor_steps.OpTime
+    steps: tuple  # of steps.StepTime
+    top_ops: tuple  # of steps.OpTime
     findings: tuple  # of Finding, most severe first
     notes: tuple = ()  # what the trace lacks for a full analysis
 
@@ -48,8 +50,8 @@ class AdviceReport:
     """The advisor's answer for a set of traces; ``exit_code`` is 1 when any finding is a warning or worse."""
 
     traces: tuple  # of TraceAdvice
-    msprof: tuple = ()  # of advisor_msprof.MsprofRun
-    html_path: Optional[str] = None
+    msprof: tuple = ()  # of msprof.MsprofRun
+    html_path: Optional[str] = None  # advice.html, once render.write_html has written it
 
     @property
     def findings(self) -> tuple:
@@ -89,7 +91,7 @@ class AdviceReport:
 def analyse_trace(trace: Trace) -> TraceAdvice:
     """Run every rule on one parsed trace and add its step breakdown and top ops.
 
-    trace: from ``advisor_trace.read_trace``.
+    trace: from ``traces.model.read_trace``.
     """
     findings = [finding for rule in RULES for finding in rule(trace)]
     findings.sort(key=lambda f: SEVERITIES.index(f.severity), reverse=True)
@@ -122,13 +124,22 @@ def _notes(trace: Trace) -> tuple:
 def advise_traces(
     paths_or_dir: Union[PathLike, Sequence[PathLike]], out_dir: Optional[PathLike] = None
 ) -> AdviceReport:
-    """Advice for every trace in ``paths_or_dir``; with ``out_dir``, also write ``advice.html`` there.
+    """Advice for every trace in ``paths_or_dir``; writes no page (``render.write_html`` does, given the report).
 
     paths_or_dir: a trace file (``.json``/``.json.gz``), a folder searched for ``*.pt.trace.json[.gz]`` and
-        ``trace_view.json``, or a list of those. Bad input raises ``InputError``.
-    out_dir: folder for ``advice.html`` and msprof-analyze's files; None writes nothing.
+        ``trace_view.json``, or a list of those. Bad input, or no trace at all, raises ``InputError``.
+    out_dir: msprof-analyze writes its files under ``out_dir/msprof-analyze/<folder>``; None runs it in a
+        temporary folder.
     """
     paths = find_traces(paths_or_dir)
+    if not paths:
+        given = [paths_or_dir] if isinstance(paths_or_dir, (str, os.PathLike)) else list(paths_or_dir)
+        if not given:
+            raise InputError("no trace given: name a trace file or a folder of traces")
+        raise InputError(
+            f"no {', '.join(TRACE_PATTERNS)} under {', '.join(os.fspath(p) for p in given)}: point at a "
+            "torch.profiler or torch_npu profiler output folder, or at one trace file"
+        )
     report = AdviceReport(traces=tuple(analyse_trace(read_trace(path)) for path in paths))
     folders = ascend_pt_folders(paths)
     if folders:
@@ -138,8 +149,4 @@ def advise_traces(
             )
             for folder in folders
         ))
-    if out_dir is not None:
-        from .advisor_report import write_html
-
-        report = replace(report, html_path=write_html(report, os.fspath(out_dir)))
     return report

@@ -14,7 +14,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Optional
 
-from .advisor_trace import Step, Trace
+from ..traces.model import Step, Trace
 
 BREAKDOWN = ("host sync", "dataloader", "optimizer", "backward", "forward & other ops", "python & idle")
 

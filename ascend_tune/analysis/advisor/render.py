@@ -1,5 +1,7 @@
 """The advisor's report as markdown (stdout) and as a self-contained ``advice.html`` with an inline step-time chart.
 
+The model comes from ``analyse``; this module only shows it (and writes the page, atomically).
+
 matplotlib is optional (the ``plot`` extra) and imported only to draw the chart; without it the page says so.
 """
 
@@ -9,14 +11,15 @@ import base64
 import html
 import io
 import os
+from dataclasses import replace
 from typing import Optional
 
-from ..errors import OutputError
-from .advisor import AdviceReport, TraceAdvice
-from .advisor_findings import SEVERITIES
-from .advisor_steps import BREAKDOWN
+from ...formats.atomic import make_folder, write_atomic
+from ...formats.run_dir import ADVICE_HTML
+from .analyse import AdviceReport, TraceAdvice
+from .findings import SEVERITIES
+from .steps import BREAKDOWN
 
-HTML_NAME = "advice.html"
 _COLOURS = ("#d62728", "#ff7f0e", "#9467bd", "#1f77b4", "#2ca02c", "#c7c7c7")  # one per BREAKDOWN part
 _SEVERITY_COLOURS = {"critical": "#b5495b", "warning": "#e8a317", "info": "#65a0c2"}
 
@@ -190,13 +193,13 @@ def _html_table(table: tuple) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
-def write_html(report: AdviceReport, out_dir: str) -> str:
-    """Write ``advice.html`` into ``out_dir`` (created if needed) and return its path."""
-    path = os.path.join(out_dir, HTML_NAME)
-    try:
-        os.makedirs(out_dir, exist_ok=True)
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write(render_html(report))
-    except OSError as exc:
-        raise OutputError(f"cannot write {path} ({exc.strerror}): choose another folder with -o") from None
-    return path
+def write_html(report: AdviceReport, out_dir: str) -> AdviceReport:
+    """Write ``advice.html`` into ``out_dir`` (created if needed); returns the report with ``html_path`` set.
+
+    Raises ``OutputError`` when the folder or the page cannot be written; nothing half-written is left.
+    """
+    out_dir = os.fspath(out_dir)
+    path = os.path.join(out_dir, ADVICE_HTML)
+    make_folder(out_dir)
+    write_atomic(path, render_html(report))
+    return replace(report, html_path=path)
