@@ -133,11 +133,13 @@ class FeatureConfig:
             if not isinstance(value, bool):
                 raise ConfigError(f"{self.OPTION} option {name} must be True or False, got {value!r}")
 
-    def check_choice(self, name: str, allowed: tuple) -> None:
-        """Raise unless field ``name`` is one of ``allowed``."""
-        value = getattr(self, name)
-        if value not in allowed:
-            raise ConfigError(f"{self.OPTION} option {name}={value!r} is not one of {', '.join(map(str, allowed))}")
+    def check_choice(self, name: str, allowed: tuple, items: bool = False) -> None:
+        """Raise unless field ``name`` is one of ``allowed`` (``items``: unless each of its items is)."""
+        for value in getattr(self, name) if items else (getattr(self, name),):
+            if value not in allowed:
+                raise ConfigError(
+                    f"{self.OPTION} option {name} must be one of {', '.join(map(str, allowed))}, got {value!r}"
+                )
 
 
 @functools.cache

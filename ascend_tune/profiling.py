@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Union
 
 from .callbacks import Callback
-from .errors import ConfigError, DeviceError, OutputError, check_option_names
+from .config import FeatureConfig
+from .errors import ConfigError, DeviceError, OutputError
 
 ENV_PROFILE = "ASCEND_TUNE_PROFILE"
 logger = logging.getLogger("ascend_tune")
@@ -39,12 +40,10 @@ AIC_METRICS = (
     "L2Cache", "MemoryAccess", "AiCoreNone",
 )
 _RECORDING = ("RECORD", "RECORD_AND_SAVE")  # action names shared by torch's and torch_npu's ProfilerAction enums
-_ON_WORDS = ("1", "true", "on", "yes")
-_OFF_WORDS = ("", "0", "false", "off", "no")
 
 
 @dataclass(frozen=True)
-class ProfileConfig:
+class ProfileConfig(FeatureConfig):
     """What to trace and where. The schedule defaults are the seed's ``get_profiler_context``; the NPU ones are
     the Ascend migration sample's (Level1, PipeUtilization, no L2 cache, no simplification).
 
@@ -59,7 +58,14 @@ class ProfileConfig:
     the two names are attributes of ``torch_npu.profiler.AiCMetrics`` / ``ProfilerLevel``.
     advise: at the end of the block, run the trace advisor on this rank's traces and write ``advice.html`` beside
     them (findings also go to the log and ``summary.json``).
+
+    ``from_any`` / ``from_text`` (:class:`~ascend_tune.config.FeatureConfig`) read the option and the
+    ``ASCEND_TUNE_PROFILE`` text (``"1"``, ``"0"`` or ``"wait=1,warmup=1,active=2,repeat=1,skip_first=5"``).
     """
+
+    OPTION = "profile"
+    ENV = ENV_PROFILE
+    EXAMPLE = "wait=1,warmup=1,active=2,repeat=1,skip_first=5"
 
     wait: int = 1
     warmup: int = 1
@@ -82,62 +88,20 @@ class ProfileConfig:
 
     def __post_init__(self) -> None:
         for name, minimum in (("wait", 0), ("warmup", 0), ("active", 1), ("repeat", 0), ("skip_first", 0)):
-            _check_int(name, getattr(self, name), minimum)
-        for name in ("record_shapes", "profile_memory", "with_stack", "with_modules", "gzip", "l2_cache",
-                     "data_simplification", "advise"):
-            if not isinstance(getattr(self, name), bool):
-                raise ConfigError(f"profile option {name} must be True or False, got {getattr(self, name)!r}")
+            self.check_int(name, minimum)
+        self.check_bool("record_shapes", "profile_memory", "with_stack", "with_modules", "gzip", "l2_cache",
+                        "data_simplification", "advise")
         if self.out_dir is not None:
             if not isinstance(self.out_dir, (str, os.PathLike)) or not os.fspath(self.out_dir):
                 raise ConfigError(f"profile option out_dir must be a folder path, got {self.out_dir!r}")
             object.__setattr__(self, "out_dir", os.fspath(self.out_dir))
         if self.keep_last is not None:
-            _check_int("keep_last", self.keep_last, 1)
+            self.check_int("keep_last", 1)
         budget = self.max_trace_mb
         if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float)) or budget <= 0):
             raise ConfigError(f"profile option max_trace_mb must be a number of MB > 0 or None, got {budget!r}")
-        _check_name("profiler_level", self.profiler_level, PROFILER_LEVELS)
-        _check_name("aic_metrics", self.aic_metrics, AIC_METRICS)
-
-    @classmethod
-    def from_any(cls, value: Any) -> Optional[ProfileConfig]:
-        """A config from a ProfileConfig, a dict of options, ``True`` (defaults), a ``"key=value,..."`` string;
-        ``None`` / ``False`` mean profiling off (None returned)."""
-        if value is None or value is False:
-            return None
-        if value is True:
-            return cls()
-        if isinstance(value, cls):
-            return value
-        if isinstance(value, dict):
-            _check_keys(value, "profile")
-            return cls(**value)
-        if isinstance(value, str):
-            return cls.from_text(value, source="profile")
-        raise ConfigError(
-            f"profile must be True, False, a dict of options or a ProfileConfig, got {type(value).__name__}"
-        )
-
-    @classmethod
-    def from_text(cls, text: str, source: str = ENV_PROFILE) -> Optional[ProfileConfig]:
-        """Parse ``"1"`` / ``"0"`` or ``"wait=1,warmup=1,active=2,repeat=1,skip_first=5"`` (the environment form)."""
-        stripped = text.strip()
-        if stripped.lower() in _OFF_WORDS:
-            return None
-        if stripped.lower() in _ON_WORDS:
-            return cls()
-        options: dict = {}
-        for item in stripped.split(","):
-            key, sep, raw = item.partition("=")
-            key = key.strip()
-            if not sep or not key:
-                raise ConfigError(
-                    f"{source}={text!r}: expected 1, 0 or key=value pairs separated by commas, "
-                    "e.g. 'wait=1,warmup=1,active=2,repeat=1,skip_first=5'"
-                )
-            _check_keys({key: None}, source)
-            options[key] = _parse_value(key, raw.strip(), source)
-        return cls(**options)
+        self.check_choice("profiler_level", PROFILER_LEVELS)
+        self.check_choice("aic_metrics", AIC_METRICS)
 
     @property
     def cycle(self) -> int:
@@ -525,11 +489,8 @@ class ProfilerCallback(Callback):
 
 
 def build_callback(value: Any, mon: Any) -> Optional[ProfilerCallback]:
-    """The monitor's factory: ``value`` is the ``profile=`` option; None reads ``ASCEND_TUNE_PROFILE``."""
-    if value is None:
-        config = ProfileConfig.from_text(os.environ.get(ENV_PROFILE, ""))
-    else:
-        config = ProfileConfig.from_any(value)
+    """The monitor's factory: ``value`` is the ``profile=`` option; None reads ``ASCEND_TUNE_PROFILE`` (unset: off)."""
+    config = ProfileConfig.from_option(value)
     return ProfilerCallback(config) if config is not None else None
 
 
@@ -607,43 +568,6 @@ def _npu_constant(npu_prof: Any, group: str, name: str) -> Any:
 
 
 # --- small facts --------------------------------------------------------------------------------------------------
-
-_FIELDS = {f.name: f for f in dataclasses.fields(ProfileConfig)}
-
-
-def _check_keys(options: dict, source: str) -> None:
-    check_option_names(options, _FIELDS, f"{source}: profile")
-
-
-def _parse_value(key: str, raw: str, source: str) -> Any:
-    default = _FIELDS[key].default
-    try:
-        if raw.lower() == "none" and key in ("out_dir", "keep_last", "max_trace_mb"):
-            return None
-        if isinstance(default, bool):
-            if raw.lower() in _ON_WORDS[:2]:
-                return True
-            if raw.lower() in _OFF_WORDS[1:3]:
-                return False
-            raise ValueError(raw)
-        if key == "max_trace_mb":
-            return float(raw)
-        if isinstance(default, int) or key == "keep_last":
-            return int(raw)
-    except ValueError:
-        raise ConfigError(f"{source}: profile option {key}={raw!r} is not a valid value") from None
-    return raw
-
-
-def _check_int(name: str, value: Any, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"profile option {name} must be an integer >= {minimum}, got {value!r}")
-
-
-def _check_name(name: str, value: Any, allowed: tuple) -> None:
-    if value not in allowed:
-        raise ConfigError(f"profile option {name}={value!r} is not one of {', '.join(allowed)}")
-
 
 def _disk_size(path: str) -> int:
     if not os.path.isdir(path):

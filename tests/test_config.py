@@ -156,3 +156,22 @@ def test_an_option_not_given_reads_the_environment_then_the_default(monkeypatch)
     assert Demo.from_option(False) is None and Demo.from_option({"count": 5}) == Demo(count=5)  # the option wins
     monkeypatch.setenv("ASCEND_TUNE_DEMO", "off")
     assert Demo.from_option(None, default=Demo(count=7)) is None
+
+
+def test_choices_of_a_field_or_of_each_of_its_items():
+    @dataclass(frozen=True)
+    class Modes(FeatureConfig):
+        OPTION = "modes"
+
+        mode: str = "a"
+        each: tuple = ("x",)
+
+        def __post_init__(self) -> None:
+            self.check_choice("mode", ("a", "b"))
+            self.check_choice("each", ("x", "y"), items=True)
+
+    assert Modes.from_text("mode=b,each=y,x").each == ("y", "x")
+    with pytest.raises(ConfigError, match="^modes option mode must be one of a, b, got 'c'$"):
+        Modes(mode="c")
+    with pytest.raises(ConfigError, match="^ASCEND_TUNE_MODES='each=x,z': modes option each must be one of x, y"):
+        Modes.from_text("each=x,z", source="ASCEND_TUNE_MODES")

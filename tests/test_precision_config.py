@@ -14,7 +14,7 @@ from ascend_tune import AscendTuneError, PrecisionConfig, TrainingMonitor, seed_
 
 
 def test_env_text_reads_lists_after_their_key():
-    config = PrecisionConfig.from_env_text("task=tensor,steps=0,2,5-7,level=mix,list=relu,linear,overflow_nums=-1")
+    config = PrecisionConfig.from_text("task=tensor,steps=0,2,5-7,level=mix,list=relu,linear,overflow_nums=-1")
     assert (config.task, config.level, config.overflow_nums) == ("tensor", "mix", -1)
     assert config.steps == (0, 2, "5-7") and config.list == ("relu", "linear")
     assert [s for s in range(10) if config.selects_step(s)] == [0, 2, 5, 6, 7]
@@ -23,12 +23,12 @@ def test_env_text_reads_lists_after_their_key():
 
 @pytest.mark.parametrize("text", ["", "0", "off", "false"])
 def test_env_text_that_turns_dumps_off(text):
-    assert PrecisionConfig.from_env_text(text) is None
+    assert PrecisionConfig.from_text(text) is None
 
 
 @pytest.mark.parametrize("text", ["1", "on", "true"])
 def test_env_text_that_turns_dumps_on_with_defaults(text):
-    assert PrecisionConfig.from_env_text(text) == PrecisionConfig()
+    assert PrecisionConfig.from_text(text) == PrecisionConfig()
 
 
 def test_env_errors_name_the_variable(monkeypatch):
@@ -49,7 +49,7 @@ def test_from_any_accepts_the_documented_forms():
     assert config.selects_rank(3) and not config.selects_rank(1)
     assert PrecisionConfig(steps=[]).selects_step(12345) and PrecisionConfig(steps=[]).last_step() is None
     assert config.as_dict()["steps"] == ["2-4"]
-    with pytest.raises(AscendTuneError, match="must be a PrecisionConfig, a dict, True or None"):
+    with pytest.raises(AscendTuneError, match="precision must be True, False, a dict of options, a key=value string"):
         PrecisionConfig.from_any(3)
     with pytest.raises(AscendTuneError, match="steps must hold integers >= 0"):
         PrecisionConfig(steps=[-1])

@@ -165,7 +165,8 @@ def test_sparse_embeddings_rule_out_fused(tmp_path):
 
 
 def test_config_from_any_and_the_environment(tmp_path, monkeypatch):
-    assert TuneConfig.from_any(None) == TuneConfig.from_any(True) == TuneConfig()
+    assert TuneConfig.from_any(None) is None  # not given, as for every feature; on by default is the factory's
+    assert TuneConfig.from_any(True) == TuneConfig.from_option(None, default=TuneConfig()) == TuneConfig()
     assert not TuneConfig.from_any(False).enabled
     assert TuneConfig.from_any({"optimizer": False, "jit_compile": None}).enabled is False
     assert TuneConfig.from_any({"optimizer": True}).optimizer == "auto"

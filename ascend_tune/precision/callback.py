@@ -35,7 +35,7 @@ def build_callback(value: Any, mon: Any) -> Optional[PrecisionCallback]:
 
     ``value`` None falls back to ``ASCEND_TUNE_DUMP`` (e.g. ``task=statistics,level=L1,steps=0-2``).
     """
-    config = PrecisionConfig.from_env() if value is None else PrecisionConfig.from_any(value)
+    config = PrecisionConfig.from_option(value)
     if config is None:
         return None
     config = config.with_first_step(mon.start_step)

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Optional
 
+from ..config import FeatureConfig
 from ..errors import ConfigError
 
 ENV_DUMP = "ASCEND_TUNE_DUMP"
@@ -22,12 +23,10 @@ SUMMARY_MODES = ("statistics", "md5")
 BACKENDS = ("auto", "ptdbg_ascend", "msprobe", "builtin")
 
 _RANGE = re.compile(r"^\s*(\d+)\s*-\s*(\d+)\s*$")
-_TRUE = ("1", "true", "on", "yes")
-_FALSE = ("", "0", "false", "off", "no")
 
 
 @dataclass(frozen=True)
-class PrecisionConfig:
+class PrecisionConfig(FeatureConfig):
     """What to dump, at which steps, through which backend.
 
     task: ``statistics`` (Max/Min/Mean/Norm of every tensor), ``tensor`` (also the tensors, as ``.pt`` files) or
@@ -42,7 +41,14 @@ class PrecisionConfig:
     overflow_nums: how many overflowing ops to report before the check ends; -1 = unlimited.
     dump_path: the dump root; None = ``<log_dir>/dump``.
     backend: ``auto``, ``ptdbg_ascend``, ``msprobe`` or ``builtin`` (see :func:`ascend_tune.precision.backends.choose`).
+
+    ``ASCEND_TUNE_DUMP`` (:meth:`~ascend_tune.config.FeatureConfig.from_text`) takes the same keys as
+    ``key=value`` items; an item without ``=`` continues the list before it: ``steps=0,2,5-7,level=mix``.
     """
+
+    OPTION = "precision"
+    ENV = ENV_DUMP
+    EXAMPLE = "task=statistics,level=L1,steps=0-2"
 
     task: str = "statistics"
     level: str = "L1"
@@ -57,10 +63,10 @@ class PrecisionConfig:
     backend: str = "auto"
 
     def __post_init__(self) -> None:
-        _choice("task", self.task, TASKS)
-        _choice("level", self.level, LEVELS)
-        _choice("summary_mode", self.summary_mode, SUMMARY_MODES)
-        _choice("backend", self.backend, BACKENDS)
+        self.check_choice("task", TASKS)
+        self.check_choice("level", LEVELS)
+        self.check_choice("summary_mode", SUMMARY_MODES)
+        self.check_choice("backend", BACKENDS)
         object.__setattr__(self, "steps", _selection("steps", self.steps))
         object.__setattr__(self, "ranks", _selection("ranks", self.ranks))
         object.__setattr__(self, "scope", _names("scope", self.scope))
@@ -70,10 +76,8 @@ class PrecisionConfig:
                 "e.g. scope=['Functional.linear.0.forward', 'Functional.linear.1.forward']"
             )
         object.__setattr__(self, "list", _names("list", self.list))
-        modes = _names("data_mode", self.data_mode) or ("all",)
-        for mode in modes:
-            _choice("data_mode", mode, DATA_MODES)
-        object.__setattr__(self, "data_mode", modes)
+        object.__setattr__(self, "data_mode", _names("data_mode", self.data_mode) or ("all",))
+        self.check_choice("data_mode", DATA_MODES, items=True)
         nums = self.overflow_nums
         if isinstance(nums, bool) or not isinstance(nums, int) or (nums < 1 and nums != -1):
             raise ConfigError(f"overflow_nums must be a positive integer or -1 (unlimited), got {nums!r}")
@@ -81,74 +85,6 @@ class PrecisionConfig:
             if not isinstance(self.dump_path, (str, os.PathLike)) or not str(self.dump_path):
                 raise ConfigError(f"dump_path must be a folder path, got {self.dump_path!r}")
             object.__setattr__(self, "dump_path", os.fspath(self.dump_path))
-
-    @classmethod
-    def from_any(cls, value: Any) -> Optional[PrecisionConfig]:
-        """A config from a ``PrecisionConfig``, a dict of its fields, ``True`` (defaults), or None / ``False`` (off)."""
-        if value is None or value is False:
-            return None
-        if value is True:
-            return cls()
-        if isinstance(value, cls):
-            return value
-        if isinstance(value, str):
-            return cls.from_env_text(value)
-        if isinstance(value, dict):
-            known = {f.name for f in fields(cls)}
-            unknown = sorted(set(value) - known)
-            if unknown:
-                raise ConfigError(
-                    f"precision has no option {unknown[0]!r}; valid options: {', '.join(sorted(known))}"
-                )
-            return cls(**value)
-        raise ConfigError(
-            f"precision must be a PrecisionConfig, a dict, True or None, got {type(value).__name__}"
-        )
-
-    @classmethod
-    def from_env_text(cls, text: str) -> Optional[PrecisionConfig]:
-        """Parse ``ASCEND_TUNE_DUMP``'s form: ``task=statistics,level=L1,steps=0-2`` (``1`` = defaults, ``0`` = off).
-
-        A comma-separated item without ``=`` continues the list before it: ``steps=0,2,5-7,level=mix``.
-        """
-        text = text.strip()
-        if text.lower() in _FALSE:
-            return None
-        if text.lower() in _TRUE:
-            return cls()
-        values: dict = {}
-        key = None
-        for item in text.split(","):
-            item = item.strip()
-            if "=" in item:
-                key, _, raw = item.partition("=")
-                key = key.strip()
-                values[key] = [raw.strip()] if raw.strip() else []
-            elif key is not None and item:
-                values[key].append(item)
-            elif item:
-                raise ConfigError(f"{ENV_DUMP}: {item!r} is not key=value; e.g. {ENV_DUMP}=task=statistics,steps=0-2")
-        listed = ("steps", "ranks", "scope", "list", "data_mode")
-        config: dict = {}
-        for name, parts in values.items():
-            if name in listed:
-                config[name] = parts
-            elif name == "overflow_nums":
-                config[name] = _int_text(name, parts[0] if parts else "")
-            else:
-                config[name] = parts[0] if len(parts) == 1 else ",".join(parts)
-        return cls.from_any(config)
-
-    @classmethod
-    def from_env(cls) -> Optional[PrecisionConfig]:
-        """The config ``ASCEND_TUNE_DUMP`` asks for, or None when it is unset or off."""
-        text = os.environ.get(ENV_DUMP)
-        if text is None:
-            return None
-        try:
-            return cls.from_env_text(text)
-        except ConfigError as exc:
-            raise ConfigError(f"{ENV_DUMP}={text!r}: {exc}") from None
 
     def with_first_step(self, first_step: int) -> PrecisionConfig:
         """This config with ``steps=None`` made concrete: the block's first step."""
@@ -175,11 +111,6 @@ class PrecisionConfig:
             if out[name] is not None:
                 out[name] = list(out[name])
         return out
-
-
-def _choice(name: str, value: Any, allowed: tuple) -> None:
-    if value not in allowed:
-        raise ConfigError(f"precision {name} must be one of {', '.join(allowed)}, got {value!r}")
 
 
 def _names(name: str, value: Any) -> tuple:
@@ -243,13 +174,6 @@ def _selects(selection: Optional[tuple], value: int) -> bool:
     if not selection:
         return True
     return any(lo <= value <= hi for lo, hi in _ranges(selection))
-
-
-def _int_text(name: str, text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise ConfigError(f"precision {name} must be an integer, got {text!r}") from None
 
 
 def expand_steps(selection: tuple) -> list:

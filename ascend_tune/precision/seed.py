@@ -11,7 +11,7 @@ import random
 from typing import Any, Optional
 
 from ..callbacks import Callback
-from ..errors import ConfigError
+from ..errors import ConfigError, check_option_names
 
 _MAX_SEED = 2**32 - 1
 
@@ -71,9 +71,7 @@ def build_callback(value: Any, mon: Any) -> Optional[SeedCallback]:
     if value is True:
         value = {}
     if isinstance(value, dict):
-        unknown = sorted(set(value) - {"seed", "deterministic"})
-        if unknown:
-            raise ConfigError(f"seed has no option {unknown[0]!r}; pass an int or dict(seed=..., deterministic=...)")
+        check_option_names(value, ("seed", "deterministic"), "seed")
         seed, deterministic = value.get("seed", 1234), value.get("deterministic", False)
     else:
         seed, deterministic = value, False

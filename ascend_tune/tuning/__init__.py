@@ -11,11 +11,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Any, Optional
 
 from ..callbacks import Callback
-from ..errors import ConfigError, check_option_names
+from ..config import FeatureConfig
+from ..errors import ConfigError
 
 # torch-heavy modules (device, metrics, compile_mode, optimizer_swap) are imported where they are used, so that
 # `ascend-tune shapes`, which lives in this package, starts without importing torch
@@ -28,7 +29,7 @@ logger = logging.getLogger("ascend_tune")
 
 
 @dataclass(frozen=True)
-class TuneConfig:
+class TuneConfig(FeatureConfig):
     """What tuning does in the block.
 
     optimizer: ``"auto"`` swap to the fastest legal implementation but keep an explicit ``foreach``/``fused``;
@@ -37,7 +38,15 @@ class TuneConfig:
         online compilation, ``None`` leaves the runtime alone.
     measure: on a CPU, time the legal variants on clones of the parameters when that is cheap (else use fused, then
         foreach); ``False`` makes the choice by rule only, the same in every run.
+
+    ``ASCEND_TUNE_TUNE`` takes the on/off words, ``force`` (``optimizer="force"``) or ``key=value`` items.
     """
+
+    OPTION = "tune"
+    ENV = ENV_TUNE
+    EXAMPLE = "optimizer=force,jit_compile=none"
+    TAKES_TEXT = False
+    WORDS = {"force": {"optimizer": "force"}}
 
     optimizer: str = "auto"
     jit_compile: Optional[bool] = False
@@ -50,13 +59,12 @@ class TuneConfig:
             object.__setattr__(self, "optimizer", "off")
         if self.optimizer not in OPTIMIZER_MODES:
             raise ConfigError(
-                f"tune optimizer must be one of {', '.join(map(repr, OPTIMIZER_MODES))} (or True / False), "
+                f"tune option optimizer must be one of {', '.join(map(repr, OPTIMIZER_MODES))} (or True / False), "
                 f"got {self.optimizer!r}"
             )
         if self.jit_compile not in (None, True, False):
-            raise ConfigError(f"tune jit_compile must be None, True or False, got {self.jit_compile!r}")
-        if not isinstance(self.measure, bool):
-            raise ConfigError(f"tune measure must be True or False, got {self.measure!r}")
+            raise ConfigError(f"tune option jit_compile must be None, True or False, got {self.jit_compile!r}")
+        self.check_bool("measure")
 
     @property
     def enabled(self) -> bool:
@@ -64,37 +72,14 @@ class TuneConfig:
         return self.optimizer != "off" or self.jit_compile is not None
 
     @classmethod
-    def from_any(cls, value: Any) -> TuneConfig:
-        """A TuneConfig from a TuneConfig, a dict of its fields, True / None (the defaults) or False (nothing)."""
-        if isinstance(value, cls):
-            return value
-        if value is None or value is True:
-            return cls()
-        if value is False:
-            return cls(optimizer="off", jit_compile=None)
-        if isinstance(value, dict):
-            check_option_names(value, [f.name for f in fields(cls)], "tune")
-            return cls(**value)
-        raise ConfigError(
-            f"tune must be True, False, a dict or a TuneConfig, got {type(value).__name__}; "
-            "e.g. tune=dict(optimizer='force', jit_compile=False)"
-        )
-
-
-def _from_environment() -> Any:
-    raw = os.environ.get(ENV_TUNE, "").strip().lower()
-    if raw in ("", "1", "true", "on", "yes"):
-        return True
-    if raw in ("0", "false", "off", "no"):
-        return False
-    if raw == "force":
-        return {"optimizer": "force"}
-    raise ConfigError(f"{ENV_TUNE}={raw!r} is not understood; use 0, 1 or force, or unset it")
+    def off(cls) -> TuneConfig:
+        """``tune=False`` / ``ASCEND_TUNE_TUNE=0``: a config that touches nothing."""
+        return cls(optimizer="off", jit_compile=None)
 
 
 def build_callback(value: Any, mon: Any) -> Optional[TuningCallback]:
-    """The monitor's factory for ``tune=``: None (option not given) reads ``ASCEND_TUNE_TUNE``, default on."""
-    config = TuneConfig.from_any(_from_environment() if value is None else value)
+    """The monitor's factory for ``tune=``: None (option not given) reads ``ASCEND_TUNE_TUNE``; unset: on."""
+    config = TuneConfig.from_option(value, default=TuneConfig())
     return TuningCallback(config) if config.enabled else None
 
 

@@ -28,7 +28,7 @@ import logging
 import os
 import sys
 import weakref
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from types import FrameType
 from typing import Any, Optional
 
@@ -37,7 +37,8 @@ import torch
 from .. import capture
 from ..analysis.outputs import write_atomic
 from ..callbacks import Callback
-from ..errors import AscendTuneError, ConfigError, check_option_names
+from ..config import FeatureConfig
+from ..errors import AscendTuneError, ConfigError
 from ..precision import catalog, stacks
 from ..precision.engine import ApiMode, DumpEngine
 from ..precision.modules import module_prefixes
@@ -48,8 +49,6 @@ __all__ = ["ENV_SHAPES", "ShapesCallback", "ShapesConfig", "build_shapes_callbac
 
 ENV_SHAPES = "ASCEND_TUNE_SHAPES"
 logger = logging.getLogger("ascend_tune")
-_TRUE = ("1", "true", "on", "yes")
-_FALSE = ("", "0", "false", "off", "no")
 # the frames of the builtin dump's mode: a call reaches this detector's mode from inside them when both are on
 _ENGINE_CODES = frozenset({ApiMode.__torch_function__.__code__, DumpEngine.call_api.__code__})
 # detectors with something installed; a DataLoader worker forked meanwhile drops what it inherited (below)
@@ -57,50 +56,20 @@ _installed: weakref.WeakSet = weakref.WeakSet()
 
 
 @dataclass(frozen=True)
-class ShapesConfig:
-    """What the dynamic-shape detector watches.
+class ShapesConfig(FeatureConfig):
+    """What the dynamic-shape detector watches (``ASCEND_TUNE_SHAPES``: ``1``, ``0`` or ``steps=N``).
 
     steps: how many steps, from the block's first, to watch (each op's shapes are compared across them).
     """
 
+    OPTION = "shapes"
+    ENV = ENV_SHAPES
+    EXAMPLE = "steps=N"
+
     steps: int = 20
 
     def __post_init__(self) -> None:
-        if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1:
-            raise ConfigError(f"shapes steps must be an integer >= 1, got {self.steps!r}; e.g. shapes=dict(steps=20)")
-
-    @classmethod
-    def from_any(cls, value: Any) -> Optional[ShapesConfig]:
-        """A config from a ShapesConfig, a dict of its fields, True (defaults), a string (``ASCEND_TUNE_SHAPES``'s
-        form), or None / False (off, returns None)."""
-        if value is None or value is False:
-            return None
-        if value is True:
-            return cls()
-        if isinstance(value, cls):
-            return value
-        if isinstance(value, str):
-            return cls.from_text(value)
-        if isinstance(value, dict):
-            check_option_names(value, [f.name for f in fields(cls)], "shapes")
-            return cls(**value)
-        raise ConfigError(
-            f"shapes must be True, False, a dict or a ShapesConfig, got {type(value).__name__}; "
-            "e.g. shapes=True or shapes=dict(steps=20)"
-        )
-
-    @classmethod
-    def from_text(cls, text: str) -> Optional[ShapesConfig]:
-        """``ASCEND_TUNE_SHAPES``'s form: ``1`` (on), ``0`` or empty (off), or ``steps=N``."""
-        raw = text.strip().lower()
-        if raw in _FALSE:
-            return None
-        if raw in _TRUE:
-            return cls()
-        key, sep, number = raw.partition("=")
-        if sep and key.strip() == "steps" and number.strip().isdigit():
-            return cls(steps=int(number))
-        raise ConfigError(f"{ENV_SHAPES}={text!r} is not understood; use 1, 0 or steps=N, or unset it")
+        self.check_int("steps", 1)
 
 
 def build_shapes_callback(value: Any, mon: Any) -> Optional[ShapesCallback]:
@@ -108,10 +77,7 @@ def build_shapes_callback(value: Any, mon: Any) -> Optional[ShapesCallback]:
 
     ``value`` None (the option not given) reads ``ASCEND_TUNE_SHAPES``; unset or ``0`` is off.
     """
-    if value is None:
-        config = ShapesConfig.from_text(os.environ.get(ENV_SHAPES, ""))
-    else:
-        config = ShapesConfig.from_any(value)
+    config = ShapesConfig.from_option(value)
     if config is None:
         return None
     if mon.rank != 0 and mon.world_size <= 1:
