@@ -24,11 +24,15 @@ import os
 import shutil
 import socket
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 from .callbacks import Callback
 from .config import FeatureConfig
 from .errors import ConfigError, DeviceError, OutputError
+from .formats.run_dir import PROFILE_DIR, rank_dir_name
+
+if TYPE_CHECKING:
+    from .context import RunContext
 
 ENV_PROFILE = "ASCEND_TUNE_PROFILE"
 logger = logging.getLogger("ascend_tune")
@@ -174,7 +178,7 @@ class StepProfiler:
     def __init__(
         self,
         config: ProfileConfig,
-        out_dir: Union[str, os.PathLike] = "profile",
+        out_dir: Union[str, os.PathLike] = PROFILE_DIR,
         *,
         rank: int = 0,
         start_step: int = 0,
@@ -185,7 +189,7 @@ class StepProfiler:
         self.config = config
         self.out_dir = config.out_dir or os.fspath(out_dir)
         self.rank = rank
-        self.rank_dir = os.path.join(self.out_dir, f"rank{rank}")
+        self.rank_dir = os.path.join(self.out_dir, rank_dir_name(rank))
         self.start_step = start_step
         self.device_kind = device_kind
         self.backend: Optional[str] = None
@@ -380,7 +384,7 @@ class StepProfiler:
 
 def step_profiler(
     value: Any,
-    out_dir: Union[str, os.PathLike] = "profile",
+    out_dir: Union[str, os.PathLike] = PROFILE_DIR,
     *,
     rank: Optional[int] = None,
     start_step: int = 0,
@@ -418,15 +422,15 @@ class ProfilerCallback(Callback):
         self.advice: Any = None  # the advisor's AdviceReport when config.advise ran
         self._boundary: Any = None  # the one-shot forward pre-hook of a step boundary not yet placed
 
-    def on_enter(self, mon: Any, stack: contextlib.ExitStack) -> None:
+    def on_enter(self, ctx: RunContext, stack: contextlib.ExitStack) -> None:
         self.session = StepProfiler(
             self.config,
-            os.path.join(mon.log_dir, "profile"),
-            rank=mon.rank,
-            start_step=mon.start_step,
-            device_kind=mon.device.kind if mon.device is not None else None,
-            on_event=lambda kind, fields: mon.record_event(kind, **fields),
-            warn=mon.warn,
+            ctx.run_dir.profile_dir,
+            rank=ctx.rank,
+            start_step=ctx.start_step,
+            device_kind=ctx.device.kind,
+            on_event=lambda kind, fields: ctx.record_event(kind, **fields),
+            warn=ctx.warn,
         )
         import torch.nn.modules.module as module_hooks
 
@@ -436,17 +440,17 @@ class ProfilerCallback(Callback):
         stack.callback(self.session.stop)
         stack.callback(self._drop_boundary)
 
-    def on_step_end(self, mon: Any, step: int) -> None:
+    def on_step_end(self, ctx: RunContext, step: int) -> None:
         self._place_boundary()  # a step with no module forward since the previous one
         if self.session is not None and self.session.running:
             self._boundary = self._register_boundary(self._on_forward)
 
-    def on_exit(self, mon: Any, exc_type: Optional[type]) -> None:
+    def on_exit(self, ctx: RunContext, exc_type: Optional[type]) -> None:
         self._place_boundary()
         if self.session is not None:
             self.session.stop()
             if self.config.advise and self.session.traces:
-                self._advise(mon)
+                self._advise(ctx)
 
     def summary(self) -> Optional[dict]:
         if self.session is None:
@@ -457,7 +461,7 @@ class ProfilerCallback(Callback):
                              "exit_code": self.advice.exit_code}
         return out
 
-    def _advise(self, mon: Any) -> None:
+    def _advise(self, ctx: RunContext) -> None:
         from .analysis.advisor.analyse import advise_traces
         from .analysis.advisor.render import write_html
         from .errors import AscendTuneError
@@ -466,12 +470,12 @@ class ProfilerCallback(Callback):
         try:
             self.advice = write_html(advise_traces([t.path for t in self.session.traces], out_dir=folder), folder)
         except AscendTuneError as exc:  # advice is a bonus: a trace it cannot read must not fail the run
-            mon.warn(f"the trace advisor could not run on {folder}: {exc}")
+            ctx.warn(f"the trace advisor could not run on {folder}: {exc}")
             return
         for finding in self.advice.findings:
             if finding.severity != "info":
-                mon.warn(f"advisor: {finding.title} (see {self.advice.html_path})")
-        mon.record_event("advice", html=self.advice.html_path, findings=len(self.advice.findings))
+                ctx.warn(f"advisor: {finding.title} (see {self.advice.html_path})")
+        ctx.record_event("advice", html=self.advice.html_path, findings=len(self.advice.findings))
 
     def _on_forward(self, module: Any, args: Any) -> None:
         self._place_boundary()
@@ -488,7 +492,7 @@ class ProfilerCallback(Callback):
             handle.remove()
 
 
-def build_callback(value: Any, mon: Any) -> Optional[ProfilerCallback]:
+def build_callback(value: Any, ctx: RunContext) -> Optional[ProfilerCallback]:
     """The monitor's factory: ``value`` is the ``profile=`` option; None reads ``ASCEND_TUNE_PROFILE`` (unset: off)."""
     config = ProfileConfig.from_option(value)
     return ProfilerCallback(config) if config is not None else None

@@ -3,34 +3,28 @@
 Before a selected step ``start``, after it ``stop`` + ``step``; other steps run with nothing hooked. After the last
 selected step (or once ``overflow_nums`` overflows are found) dumping ends quietly: nothing ever raises into the
 training loop, unlike ptdbg's loader hook, which ended training with an exception. A backend that fails is
-reported once through ``mon.warn`` and dumps no more.
+reported once through ``ctx.warn`` and dumps no more.
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
-import re
-import shutil
-import time
-from typing import Any, Optional
-
-import torch
+from typing import TYPE_CHECKING, Any, Optional
 
 from ..callbacks import Callback
-from ..device import detect_device
 from ..errors import ConfigError, OutputError
+from ..formats.atomic import make_folder, write_json_atomic
+from ..formats.dump_layout import step_of_dir
+from ..formats.run_dir import OVERFLOW_JSON, rank_dir_name
 from . import backends
 from .config import ENV_DUMP, PrecisionConfig
-from .journal import write_json_atomic
 
-logger = logging.getLogger("ascend_tune")
-OVERFLOW_JSON = "overflow.json"
-_STEP_DIR = re.compile(r"^step(\d+)$")
+if TYPE_CHECKING:
+    from ..context import RunContext
 
 
-def build_callback(value: Any, mon: Any) -> Optional[PrecisionCallback]:
+def build_callback(value: Any, ctx: RunContext) -> Optional[PrecisionCallback]:
     """The monitor's factory for ``precision=``: a callback, or None when off (or this rank does not dump).
 
     ``value`` None falls back to ``ASCEND_TUNE_DUMP`` (e.g. ``task=statistics,level=L1,steps=0-2``).
@@ -38,18 +32,16 @@ def build_callback(value: Any, mon: Any) -> Optional[PrecisionCallback]:
     config = PrecisionConfig.from_option(value)
     if config is None:
         return None
-    config = config.with_first_step(mon.start_step)
-    if not config.selects_rank(mon.rank):
+    config = config.with_first_step(ctx.start_step)
+    if not config.selects_rank(ctx.rank):
         return None
-    models = _models(mon.model)
-    if config.level in ("L0", "mix") and not models:
+    if config.level in ("L0", "mix") and not ctx.models:
         raise ConfigError(
             f"precision level {config.level} dumps nn.Module calls and needs the model: pass it as "
             "TrainingMonitor(model, ...), or use level='L1' (API calls only)"
         )
-    device = mon.device.kind if mon.device is not None else detect_device().kind
-    backend = backends.choose(config, device)
-    dump_path = config.dump_path or os.path.join(mon.log_dir, "dump")
+    backend = backends.choose(config, ctx.device.kind)
+    dump_path = config.dump_path or ctx.run_dir.dump_dir
     return PrecisionCallback(config, backend, dump_path, explicit_path=config.dump_path is not None)
 
 
@@ -70,26 +62,21 @@ class PrecisionCallback(Callback):
         self._checked: list = []
         self._overflows: list = []
         self._error: Optional[str] = None
-        self._mon: Any = None
+        self._ctx: Optional[RunContext] = None
 
     # --- the step clock -------------------------------------------------------------------------------------------
 
-    def on_enter(self, mon: Any, stack: contextlib.ExitStack) -> None:
-        self._mon = mon
-        self._rank = mon.rank
-        self._set_aside_earlier_dumps(mon)
-        try:
-            os.makedirs(self.dump_path, exist_ok=True)
-        except OSError as exc:
-            raise OutputError(
-                f"cannot create dump_path {self.dump_path!r} ({exc.strerror or exc}); pass a writable folder"
-            ) from None
+    def on_enter(self, ctx: RunContext, stack: contextlib.ExitStack) -> None:
+        self._ctx = ctx
+        self._rank = ctx.rank
+        self._set_aside_earlier_dumps(ctx)
+        make_folder(self.dump_path)
         self._backend = backends.create(
-            self.backend_name, self.config, self.dump_path, mon.rank, _models(mon.model), self._backend_failed,
+            self.backend_name, self.config, self.dump_path, ctx.rank, list(ctx.models), self._backend_failed,
         )
         stack.callback(self._close)
 
-    def on_step_begin(self, mon: Any, step: int) -> None:
+    def on_step_begin(self, ctx: RunContext, step: int) -> None:
         if self._done or self._active is not None or not self.config.selects_step(step):
             return
         try:
@@ -101,11 +88,11 @@ class PrecisionCallback(Callback):
             return
         self._active = step
 
-    def on_step_end(self, mon: Any, step: int) -> None:
+    def on_step_end(self, ctx: RunContext, step: int) -> None:
         if self._active == step:
             self._end_step()
 
-    def on_exit(self, mon: Any, exc_type: Optional[type]) -> None:
+    def on_exit(self, ctx: RunContext, exc_type: Optional[type]) -> None:
         if self._active is not None:
             self._end_step()  # the block ended inside a selected step: keep what it recorded
         if self.config.task == "overflow_check":
@@ -134,13 +121,13 @@ class PrecisionCallback(Callback):
         self._checked.append(step)
         if outcome.path is not None:
             self._dumped.append(step)
-            self._mon.record_event("precision_dump", step=step, path=outcome.path, backend=self.backend_name)
+            self._ctx.record_event("precision_dump", step=step, path=outcome.path, backend=self.backend_name)
         if outcome.overflows:
             first = not self._overflows
             self._overflows.extend(outcome.overflows)
             self._write_overflows()
             if first:
-                self._mon.warn(_overflow_message(outcome.overflows[0], self._overflow_path()))
+                self._ctx.warn(_overflow_message(outcome.overflows[0], self._overflow_path()))
         last = self.config.last_step()
         if (last is not None and step >= last) or (limit != -1 and len(self._overflows) >= limit):
             self._done = True
@@ -162,12 +149,12 @@ class PrecisionCallback(Callback):
         self._done = True
         if self._error is None:
             self._error = message
-            self._mon.warn(message + "; training goes on without dumps")
+            self._ctx.warn(message + "; training goes on without dumps")
 
     # --- files ----------------------------------------------------------------------------------------------------
 
     def _overflow_path(self) -> str:
-        return os.path.join(self.dump_path, f"rank{self._rank}", OVERFLOW_JSON)
+        return os.path.join(self.dump_path, rank_dir_name(self._rank), OVERFLOW_JSON)
 
     def _write_overflows(self) -> None:
         path = self._overflow_path()
@@ -178,45 +165,31 @@ class PrecisionCallback(Callback):
             "overflows": [o.as_dict() for o in self._overflows],
         })
 
-    def _set_aside_earlier_dumps(self, mon: Any) -> None:
+    def _set_aside_earlier_dumps(self, ctx: RunContext) -> None:
         """Never write into an earlier dump of a selected step: move it aside (default path) or refuse."""
         if not os.path.isdir(self.dump_path):
             return
-        distributed = mon.world_size > 1
         taken = []
         for name in sorted(os.listdir(self.dump_path)):
-            match = _STEP_DIR.match(name)
-            if not match or not self.config.selects_step(int(match.group(1))):
+            step = step_of_dir(name)
+            if step is None or not self.config.selects_step(step):
                 continue
             step_dir = os.path.join(self.dump_path, name)
-            target = os.path.join(step_dir, f"rank{mon.rank}") if distributed else step_dir
+            target = os.path.join(step_dir, rank_dir_name(ctx.rank)) if ctx.world_size > 1 else step_dir
             if os.path.isdir(target) and os.listdir(target):
                 taken.append(target)
         if self.config.task == "overflow_check" and os.path.exists(self._overflow_path()):
             taken.append(os.path.dirname(self._overflow_path()))
         if not taken:
             return
-        where = os.path.relpath(taken[0], self.dump_path)
         if self._explicit_path:
+            where = os.path.relpath(taken[0], self.dump_path)
             raise OutputError(
                 f"dump_path {self.dump_path!r} already holds a dump ({where}{' and more' if len(taken) > 1 else ''})"
                 "; pass a new dump_path or move that folder away (nothing was overwritten)"
             )
-        aside = _aside_folder(mon.log_dir)
-        for target in taken:
-            dest = os.path.join(aside, "dump", os.path.relpath(target, self.dump_path))
-            os.makedirs(os.path.dirname(dest), exist_ok=True)
-            shutil.move(target, dest)
-        logger.info("ascend_tune: earlier dump of %s moved to %s", where, os.path.join(aside, "dump"))
-
-
-def _aside_folder(log_dir: str) -> str:
-    """``<log_dir>/previous-<timestamp>``, shared with the monitor's own set-aside logs when it made one just now."""
-    base = os.path.join(log_dir, "previous-" + time.strftime("%Y%m%d-%H%M%S"))
-    target, n = base, 1
-    while os.path.exists(os.path.join(target, "dump")):
-        target, n = f"{base}-{n}", n + 1
-    return target
+        # the default dump_path lies in the run folder: its earlier dumps go aside with the monitor's earlier logs
+        ctx.run_dir.set_aside([os.path.relpath(t, ctx.log_dir) for t in taken], "dump")
 
 
 def _overflow_message(first: Any, path: str) -> str:
@@ -226,13 +199,6 @@ def _overflow_message(first: Any, path: str) -> str:
         where = f" at {frame.file}:{frame.line} ({frame.code})"
     return (f"overflow: {first.name} produced inf/nan in {first.tensor} at step {first.step}{where}; "
             f"all overflows in {path}")
-
-
-def _models(model: Any) -> list:
-    if model is None:
-        return []
-    models = list(model) if isinstance(model, (list, tuple)) else [model]
-    return [m for m in models if isinstance(m, torch.nn.Module)]
 
 
 __all__ = ["ENV_DUMP", "PrecisionCallback", "build_callback"]

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import os
 import random
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from ..callbacks import Callback
 from ..errors import ConfigError, check_option_names
+
+if TYPE_CHECKING:
+    from ..context import RunContext
 
 _MAX_SEED = 2**32 - 1
 
@@ -64,7 +67,7 @@ class SeedCallback(Callback):
         return {"seed": self.seed, "deterministic": self.deterministic}
 
 
-def build_callback(value: Any, mon: Any) -> Optional[SeedCallback]:
+def build_callback(value: Any, ctx: RunContext) -> Optional[SeedCallback]:
     """The monitor's factory for ``seed=``: an int, ``True`` (1234) or ``{"seed": ..., "deterministic": ...}``."""
     if value is None or value is False:
         return None

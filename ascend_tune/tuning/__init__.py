@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 from dataclasses import asdict, dataclass
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from ..callbacks import Callback
 from ..config import FeatureConfig
 from ..errors import ConfigError
+
+if TYPE_CHECKING:
+    from ..context import RunContext
 
 # torch-heavy modules (device, metrics, compile_mode, optimizer_swap) are imported where they are used, so that
 # `ascend-tune shapes`, which lives in this package, starts without importing torch
@@ -77,7 +79,7 @@ class TuneConfig(FeatureConfig):
         return cls(optimizer="off", jit_compile=None)
 
 
-def build_callback(value: Any, mon: Any) -> Optional[TuningCallback]:
+def build_callback(value: Any, ctx: RunContext) -> Optional[TuningCallback]:
     """The monitor's factory for ``tune=``: None (option not given) reads ``ASCEND_TUNE_TUNE``; unset: on."""
     config = TuneConfig.from_option(value, default=TuneConfig())
     return TuningCallback(config) if config.enabled else None
@@ -93,30 +95,29 @@ class TuningCallback(Callback):
         self._record: dict = {}
         self._swap: Optional[Any] = None  # an optimizer_swap.OptimizerSwap once on_enter has run
 
-    def on_enter(self, mon: Any, stack: contextlib.ExitStack) -> None:
+    def on_enter(self, ctx: RunContext, stack: contextlib.ExitStack) -> None:
         """Tune before the first step; the final tuning.json is written after everything is restored."""
         from .. import device
-        from ..metrics import write_json_atomic
+        from ..formats.atomic import write_json_atomic
         from . import compile_mode, optimizer_swap
 
-        path = os.path.join(mon.log_dir, "tuning.json") if mon.rank == 0 else None
+        path = ctx.run_dir.tuning_json if ctx.is_main else None
         if path is not None:
             stack.callback(self._write_final, path)  # registered first, so it runs after the undos below
-        kind = mon.device.kind
+        kind = ctx.device.kind
         npu = device.torch_npu_module()
         # first of all: the compile mode applies to operators compiled after it, so before the probes below
         compiled = compile_mode.set_for_block(stack, self.config.jit_compile, npu, kind)
-        models = tuple(mon.model) if isinstance(mon.model, (list, tuple)) else (mon.model,)
         try:
             self._swap = optimizer_swap.swap_in_place(
-                stack, mon.optimizer, device_kind=kind, mode=self.config.optimizer, measure=self.config.measure,
-                models=models, npu=npu, world_size=mon.world_size,
+                stack, ctx.optimizer, device_kind=kind, mode=self.config.optimizer, measure=self.config.measure,
+                models=ctx.models, npu=npu, world_size=ctx.world_size,
             )
         except Exception as exc:  # a faster optimizer is never worth a training run; the undo is on the stack
-            name = type(mon.optimizer).__name__
+            name = type(ctx.optimizer).__name__
             reason = (f"the optimizer swap failed (what it changed is undone at the block's end): "
                       f"{type(exc).__name__}: {exc}")
-            mon.warn(f"tune optimizer {name}: {reason}")
+            ctx.warn(f"tune optimizer {name}: {reason}")
             self._swap = optimizer_swap.OptimizerSwap(optimizer_swap.OptimizerDecision(name, "failed", None, reason))
         decision = self._swap.decision
         self._record = {"device": kind, "config": asdict(self.config), "compile_mode": compiled}
@@ -126,7 +127,7 @@ class TuningCallback(Callback):
         for variant, why in decision.refused.items():
             logger.info("ascend_tune: tune optimizer: not %s: %s", variant, why)
         if compiled["action"] == "failed":
-            mon.warn(compiled["reason"])
+            ctx.warn(compiled["reason"])
         if path is not None:
             write_json_atomic(path, self._report())
 
@@ -144,7 +145,7 @@ class TuningCallback(Callback):
         return {**self._record, "optimizer": self._swap.report() if self._swap else None}
 
     def _write_final(self, path: str) -> None:
-        from ..metrics import write_json_atomic
+        from ..formats.atomic import write_json_atomic
 
         try:
             write_json_atomic(path, self._report())

@@ -13,7 +13,7 @@ writes ``shapes.csv`` (:mod:`.shapes_report`).
   first appeared after the first step the op ran in. A loop over layers of different widths at one line has several
   signatures, but the same ones every step: an NPU compiles each once, so it is no dynamic op.
 - Only dynamic ops are written, as the NPU toolkit's report lists only those; a run with fixed shapes writes the
-  header alone. A warning (``mon.warn``) names them with the fix.
+  header alone. A warning (``ctx.warn``) names them with the fix.
 - The monitor's own tensor work (``capture.internal()``) and the loader fetching and collating a batch (a user
   ``collate_fn`` included) are not recorded.
 - With ``precision=`` on the same steps: the builtin dump runs alongside (its mode sits above this one and records
@@ -30,20 +30,24 @@ import sys
 import weakref
 from dataclasses import dataclass
 from types import FrameType
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 
 from .. import capture
-from ..analysis.outputs import write_atomic
 from ..callbacks import Callback
 from ..config import FeatureConfig
 from ..errors import AscendTuneError, ConfigError
+from ..formats.atomic import write_atomic
+from ..formats.run_dir import SHAPES_CSV
 from ..precision import catalog, stacks
 from ..precision.engine import ApiMode, DumpEngine
 from ..precision.modules import module_prefixes
 from ..precision.records import tensors_in
-from .shapes_report import FILE_NAME, ShapeRow, csv_bytes, shape_range, warning_text
+from .shapes_report import ShapeRow, csv_bytes, shape_range, warning_text
+
+if TYPE_CHECKING:
+    from ..context import RunContext
 
 __all__ = ["ENV_SHAPES", "ShapesCallback", "ShapesConfig", "build_shapes_callback"]
 
@@ -72,7 +76,7 @@ class ShapesConfig(FeatureConfig):
         self.check_int("steps", 1)
 
 
-def build_shapes_callback(value: Any, mon: Any) -> Optional[ShapesCallback]:
+def build_shapes_callback(value: Any, ctx: RunContext) -> Optional[ShapesCallback]:
     """The monitor's factory for ``shapes=``: a callback, or None when off (or when this rank writes no report).
 
     ``value`` None (the option not given) reads ``ASCEND_TUNE_SHAPES``; unset or ``0`` is off.
@@ -80,7 +84,7 @@ def build_shapes_callback(value: Any, mon: Any) -> Optional[ShapesCallback]:
     config = ShapesConfig.from_option(value)
     if config is None:
         return None
-    if mon.rank != 0 and mon.world_size <= 1:
+    if ctx.rank != 0 and ctx.world_size <= 1:
         return None  # only rank 0 writes shapes.csv when the run is not distributed
     return ShapesCallback(config)
 
@@ -123,20 +127,18 @@ class ShapesCallback(Callback):
         self._path: Optional[str] = None
         self._error: Optional[str] = None
         self._dynamic = 0
-        self._mon: Any = None
+        self._ctx: Optional[RunContext] = None
 
     # --- the step clock -------------------------------------------------------------------------------------------
 
-    def on_enter(self, mon: Any, stack: contextlib.ExitStack) -> None:
+    def on_enter(self, ctx: RunContext, stack: contextlib.ExitStack) -> None:
         """Install the mode and module hook now, before any dump's mode, so the dump's sits above it."""
-        self._mon = mon
-        self._first = mon.start_step
-        self._last = mon.start_step + self.config.steps - 1
-        _refuse_foreign_dumps(mon, self._first, self._last)
-        folder = mon.log_dir if mon.rank == 0 else os.path.join(mon.log_dir, f"rank{mon.rank}")
-        self._path = os.path.join(folder, FILE_NAME)
-        models = mon.model if isinstance(mon.model, (list, tuple)) else [mon.model]
-        self._names = module_prefixes([m for m in models if isinstance(m, torch.nn.Module)])
+        self._ctx = ctx
+        self._first = ctx.start_step
+        self._last = ctx.start_step + self.config.steps - 1
+        _refuse_foreign_dumps(ctx, self._first, self._last)
+        self._path = ctx.run_dir.shapes_csv if ctx.rank == 0 else ctx.run_dir.rank_path(ctx.rank, SHAPES_CSV)
+        self._names = module_prefixes(list(ctx.models))
         stack.callback(self._remove)  # the undo travels with the block whatever happens next
         undo = contextlib.ExitStack()
         self._undo = undo
@@ -147,18 +149,18 @@ class ShapesCallback(Callback):
         self._mode.__enter__()
         _installed.add(self)
 
-    def on_step_begin(self, mon: Any, step: int) -> None:
+    def on_step_begin(self, ctx: RunContext, step: int) -> None:
         if self._finished:
             self._take_off()  # when the last step ended inside a torch call (see _take_off)
         elif self._first <= step <= self._last:
             self._step = step
             self.recording = self._error is None
 
-    def on_step_end(self, mon: Any, step: int) -> None:
+    def on_step_end(self, ctx: RunContext, step: int) -> None:
         if not self._finished and step >= self._last:
             self._finish()
 
-    def on_exit(self, mon: Any, exc_type: Optional[type]) -> None:
+    def on_exit(self, ctx: RunContext, exc_type: Optional[type]) -> None:
         self._finish()  # the block ended within the watched steps: report what they showed
         self._remove()
 
@@ -219,7 +221,7 @@ class ShapesCallback(Callback):
         self.recording = False
         if self._error is None:
             self._error = f"{type(exc).__name__}: {exc}"
-            self._mon.warn(f"shapes: the detector stopped recording ({self._error}); training goes on")
+            self._ctx.warn(f"shapes: the detector stopped recording ({self._error}); training goes on")
 
     # --- the end ----------------------------------------------------------------------------------------------------
 
@@ -246,23 +248,23 @@ class ShapesCallback(Callback):
             return
         self._finished = True
         self._remove()
-        mon = self._mon
+        ctx = self._ctx
         dynamic = [op for op in self._ops.values() if op.dynamic]
         self._dynamic = len(dynamic)
         rows = [self._row(op) for op in dynamic]
         try:
             write_atomic(self._path, csv_bytes(rows))
         except (OSError, AscendTuneError) as exc:  # training goes on; losing the report must not end it
-            mon.warn(f"shapes: could not write {self._path}: {exc}")
+            ctx.warn(f"shapes: could not write {self._path}: {exc}")
             return
         seen = self.summary()["steps"]
         steps = f"steps {seen[0]}-{seen[1]}" if seen else "no step"
-        mon.record_event("shapes", path=self._path, steps=seen, ops=len(self._ops), dynamic=len(dynamic))
+        ctx.record_event("shapes", path=self._path, steps=seen, ops=len(self._ops), dynamic=len(dynamic))
         if not dynamic:
             logger.info("ascend_tune: shapes: no dynamic shapes over %s (%d ops); %s", steps, len(self._ops),
                         self._path)
             return
-        mon.warn(warning_text(rows, steps, self._path))
+        ctx.warn(warning_text(rows, steps, self._path))
 
     def _row(self, op: _Op) -> ShapeRow:
         frames = op.stack
@@ -310,19 +312,16 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_in_child)
 
 
-def _refuse_foreign_dumps(mon: Any, first: int, last: int) -> None:
+def _refuse_foreign_dumps(ctx: RunContext, first: int, last: int) -> None:
     """msprobe / ptdbg dumping on a watched step would have their statistics counted as the model's ops."""
-    from ..precision.callback import PrecisionCallback
-
-    # the monitor builds every feature's callback before any on_enter runs, so the dump's is already there
-    for cb in getattr(mon, "_callbacks", ()):
-        if not isinstance(cb, PrecisionCallback) or cb.backend_name == "builtin":
-            continue
-        overlap = [s for s in range(first, last + 1) if cb.config.selects_step(s)]
-        if overlap:
-            shorter = f", or shapes=dict(steps={overlap[0] - first})" if overlap[0] > first else ""
-            raise ConfigError(
-                f"shapes= watches steps {first}-{last} and precision= dumps step {overlap[0]} with the "
-                f"{cb.backend_name} backend, whose statistics would be counted as the model's ops; pass "
-                f"precision=dict(backend='builtin', ...) or dump steps after {last}{shorter}"
-            )
+    dump = ctx.feature("precision")  # every feature is built before any on_enter runs
+    if dump is None or dump.backend_name == "builtin":
+        return
+    overlap = [s for s in range(first, last + 1) if dump.config.selects_step(s)]
+    if overlap:
+        shorter = f", or shapes=dict(steps={overlap[0] - first})" if overlap[0] > first else ""
+        raise ConfigError(
+            f"shapes= watches steps {first}-{last} and precision= dumps step {overlap[0]} with the "
+            f"{dump.backend_name} backend, whose statistics would be counted as the model's ops; pass "
+            f"precision=dict(backend='builtin', ...) or dump steps after {last}{shorter}"
+        )

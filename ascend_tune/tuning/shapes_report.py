@@ -25,8 +25,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from ..errors import InputError
+from ..formats.run_dir import SHAPES_CSV
 
-FILE_NAME = "shapes.csv"
 COLUMNS = (
     "Function Name", "Call Stack", "File", "Line", "Input Shape Range", "Output Shape Range", "Distinct Shapes",
     "New Shape Steps",
@@ -128,7 +128,7 @@ def warning_text(rows: Sequence, steps: str, path: str, named: int = 5) -> str:
 def read_shapes_report(path: str) -> ShapesReport:
     """Read a shapes.csv (``path``: the file, or the run folder holding it); InputError when it is not one."""
     if os.path.isdir(path):
-        path = os.path.join(path, FILE_NAME)
+        path = os.path.join(path, SHAPES_CSV)
     if not os.path.isfile(path):
         raise InputError(
             f"{path} does not exist; pass a shapes.csv or the run folder (log_dir) of a run with shapes=True"
