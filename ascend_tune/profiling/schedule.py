@@ -26,13 +26,13 @@ import socket
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
-from .callbacks import Callback
-from .config import FeatureConfig
-from .errors import ConfigError, DeviceError, OutputError
-from .formats.run_dir import PROFILE_DIR, rank_dir_name
+from ..callbacks import Callback
+from ..config import FeatureConfig
+from ..errors import ConfigError, DeviceError, OutputError
+from ..formats.run_dir import PROFILE_DIR, rank_dir_name
 
 if TYPE_CHECKING:
-    from .context import RunContext
+    from ..context import RunContext
 
 ENV_PROFILE = "ASCEND_TUNE_PROFILE"
 logger = logging.getLogger("ascend_tune")
@@ -226,7 +226,7 @@ class StepProfiler:
             ) from None
         kind = self.device_kind
         if kind is None:
-            from .device import detect_device
+            from ..device import detect_device
 
             kind = detect_device().kind
         prof = _build_npu(self) if kind == "npu" else _build_torch(self, kind)
@@ -462,9 +462,9 @@ class ProfilerCallback(Callback):
         return out
 
     def _advise(self, ctx: RunContext) -> None:
-        from .analysis.advisor.analyse import advise_traces
-        from .analysis.advisor.render import write_html
-        from .errors import AscendTuneError
+        from ..analysis.advisor.analyse import advise_traces
+        from ..analysis.advisor.render import write_html
+        from ..errors import AscendTuneError
 
         folder = self.session.rank_dir
         try:
@@ -527,7 +527,7 @@ def _build_torch(session: StepProfiler, kind: str) -> Any:
 
 
 def _build_npu(session: StepProfiler) -> Any:
-    from .device import torch_npu_module
+    from ..device import torch_npu_module
 
     torch_npu = torch_npu_module()
     if torch_npu is None:
