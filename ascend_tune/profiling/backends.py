@@ -1,0 +1,96 @@
+"""The profiler objects: torch.profiler on cpu / cuda, torch_npu.profiler on the NPU, both driven by a StepProfiler.
+
+Each gets the session's schedule (shifted to ``start_step``, off once tracing halts) and its trace handler (the
+backend's ``tensorboard_trace_handler`` into the rank folder, then the session's bookkeeping).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ConfigError, DeviceError
+
+if TYPE_CHECKING:
+    from .schedule import StepProfiler
+
+TORCH = "torch.profiler"
+TORCH_NPU = "torch_npu.profiler"
+
+
+def build(session: StepProfiler, kind: str) -> tuple:
+    """``(profiler, backend name)`` for device ``kind`` (``cpu``, ``cuda`` or ``npu``)."""
+    if kind == "npu":
+        return build_npu(session), TORCH_NPU
+    return build_torch(session, kind), TORCH
+
+
+def build_torch(session: StepProfiler, kind: str) -> Any:
+    """A ``torch.profiler.profile`` on the CPU (and CUDA when ``kind`` is ``cuda``) for ``session``."""
+    import torch.profiler as tp
+
+    cfg = session.config
+    activities = [tp.ProfilerActivity.CPU]
+    if kind == "cuda":
+        activities.append(tp.ProfilerActivity.CUDA)
+    inner = tp.schedule(
+        wait=cfg.wait, warmup=cfg.warmup, active=cfg.active, repeat=cfg.repeat, skip_first=cfg.skip_first
+    )
+    handler = tp.tensorboard_trace_handler(
+        session.rank_dir, worker_name=f"rank{session.rank}_{socket.gethostname()}_{os.getpid()}", use_gzip=cfg.gzip
+    )
+    return tp.profile(
+        activities=activities,
+        schedule=session.wrap_schedule(inner, tp.ProfilerAction.NONE),
+        on_trace_ready=session.wrap_trace_handler(handler),
+        record_shapes=cfg.record_shapes,
+        profile_memory=cfg.profile_memory,
+        with_stack=cfg.with_stack,
+        with_modules=cfg.with_modules,
+    )
+
+
+def build_npu(session: StepProfiler) -> Any:
+    """A ``torch_npu.profiler.profile`` on the CPU and the NPU for ``session``, with its experimental config."""
+    from ..device import torch_npu_module
+
+    torch_npu = torch_npu_module()
+    if torch_npu is None:
+        raise DeviceError("profiling on the NPU needs torch_npu, which is not usable here; run `ascend-tune device`")
+    npu_prof = torch_npu.profiler
+    cfg = session.config
+    # torch_npu's schedule takes (wait, active, warmup, ...) positionally, torch's (wait, warmup, active): keywords.
+    inner = npu_prof.schedule(
+        wait=cfg.wait, warmup=cfg.warmup, active=cfg.active, repeat=cfg.repeat, skip_first=cfg.skip_first
+    )
+    experimental = npu_prof._ExperimentalConfig(
+        aic_metrics=_npu_constant(npu_prof, "AiCMetrics", cfg.aic_metrics),
+        profiler_level=_npu_constant(npu_prof, "ProfilerLevel", cfg.profiler_level),
+        l2_cache=cfg.l2_cache,
+        data_simplification=cfg.data_simplification,
+    )
+    # The handler configures torch_npu's process-wide output path when it is created: create it right here.
+    handler = npu_prof.tensorboard_trace_handler(
+        dir_name=session.rank_dir, worker_name=f"rank{session.rank}_{socket.gethostname()}"
+    )
+    return npu_prof.profile(
+        activities=[npu_prof.ProfilerActivity.CPU, npu_prof.ProfilerActivity.NPU],
+        schedule=session.wrap_schedule(inner, npu_prof.ProfilerAction.NONE),
+        on_trace_ready=session.wrap_trace_handler(handler),
+        record_shapes=cfg.record_shapes,
+        profile_memory=cfg.profile_memory,
+        with_stack=cfg.with_stack,
+        with_modules=cfg.with_modules,
+        experimental_config=experimental,
+    )
+
+
+def _npu_constant(npu_prof: Any, group: str, name: str) -> Any:
+    try:
+        return getattr(getattr(npu_prof, group), name)
+    except AttributeError:
+        raise ConfigError(
+            f"this torch_npu has no profiler.{group}.{name}; choose another profile option value "
+            f"({'profiler_level' if group == 'ProfilerLevel' else 'aic_metrics'})"
+        ) from None
