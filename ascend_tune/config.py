@@ -206,6 +206,16 @@ def parse_value(option: str, name: str, parts: list, kind: Any, optional: bool) 
     return raw
 
 
+def env_switch(name: str) -> bool:
+    """An on/off environment variable (``ASCEND_TUNE_TENSORBOARD=1``): unset or empty is off."""
+    raw = os.environ.get(name, "").strip().lower()
+    if raw in ON_WORDS:
+        return True
+    if raw in OFF_WORDS or not raw:
+        return False
+    raise ConfigError(f"{name}={os.environ[name]!r} is not one of {_WORDS_TEXT}")
+
+
 def _list_item(text: str) -> Any:
     if _INT.match(text):
         return int(text)
@@ -213,4 +223,4 @@ def _list_item(text: str) -> Any:
     return f"{match.group(1)}-{match.group(2)}" if match else text
 
 
-__all__ = ["FeatureConfig", "OFF_WORDS", "ON_WORDS", "field_types", "parse_items", "parse_value"]
+__all__ = ["FeatureConfig", "OFF_WORDS", "ON_WORDS", "env_switch", "field_types", "parse_items", "parse_value"]

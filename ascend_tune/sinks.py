@@ -16,6 +16,7 @@ import os
 import time
 from typing import Any, Optional, Protocol, TextIO
 
+from .config import env_switch
 from .errors import ConfigError, OutputError
 from .formats import run_dir as names
 from .formats.log_line import TIME_FORMAT, format_log_line
@@ -165,7 +166,7 @@ def tensorboard_wanted(option: Optional[bool]) -> bool:
     """``tensorboard=True`` (or, when not given, ``ASCEND_TUNE_TENSORBOARD=1``): refused at the start when the
     package is missing, warned and left off when only the environment asked for it."""
     from_env = option is None
-    wanted = _env_switch("ASCEND_TUNE_TENSORBOARD") if from_env else option
+    wanted = env_switch("ASCEND_TUNE_TENSORBOARD") if from_env else option
     if not wanted:
         return False
     why_not = tensorboard_available()
@@ -175,15 +176,6 @@ def tensorboard_wanted(option: Optional[bool]) -> bool:
         raise ConfigError(f"tensorboard=True needs {why_not}; pip install 'ascend-tune[tensorboard]'")
     logger.warning("ascend_tune: ASCEND_TUNE_TENSORBOARD is set but %s; no TensorBoard scalars", why_not)
     return False
-
-
-def _env_switch(name: str) -> bool:
-    value = os.environ.get(name, "").strip().lower()
-    if value in ("", "0", "false", "no", "off"):
-        return False
-    if value in ("1", "true", "yes", "on"):
-        return True
-    raise ConfigError(f"{name}={os.environ[name]!r} is not an on/off word; use 1 or 0")
 
 
 def tensorboard_available() -> Optional[str]:
