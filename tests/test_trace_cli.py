@@ -105,7 +105,7 @@ def test_the_trace_command_does_not_import_torch(tmp_path):
     path = tmp_path / "t.pt.trace.json"
     path.write_text(json.dumps({"traceEvents": [{"name": "ProfilerStep#4", "ph": "X", "ts": 1, "dur": 2}]}))
     code = (
-        "import sys; from ascend_tune.analysis import trace_command as t; "
+        "import sys; from ascend_tune.cli import traces as t; "
         "from ascend_tune.analysis.traces.listing import scan_traces; "
         f"listing = scan_traces({str(path)!r}); "
         "print(listing.traces[0].steps, 'torch' in sys.modules)"

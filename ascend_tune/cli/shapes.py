@@ -9,8 +9,8 @@ import argparse
 import json
 from collections import Counter
 
-from ..cli import int_at_least
-from .shapes_report import FIX, ShapesReport, read_shapes_report
+from ..tuning.shapes_report import FIX, ShapesReport, read_shapes_report
+from . import int_at_least
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:

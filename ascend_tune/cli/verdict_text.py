@@ -5,10 +5,10 @@ from __future__ import annotations
 import math
 from typing import Optional
 
-from .dump_compare import DumpComparison
-from .loss_compare import LossComparison
-from .overflow import OverflowReport
-from .throughput import SLOW_RANK, RateStats, ThroughputReport
+from ..analysis.dump_compare import DumpComparison
+from ..analysis.loss_compare import LossComparison
+from ..analysis.overflow import OverflowReport
+from ..analysis.throughput import SLOW_RANK, RateStats, ThroughputReport
 
 
 def loss_lines(result: LossComparison, plots: tuple = ()) -> list:

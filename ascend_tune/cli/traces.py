@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import os
 
+from ..analysis.traces.listing import TraceInfo, scan_traces
 from ..errors import InputError
-from .traces.listing import TraceInfo, scan_traces
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:

@@ -28,8 +28,8 @@ def add_commands(subparsers) -> None:
 
 
 def _cmd_advise(args: argparse.Namespace) -> int:
-    from .advisor.analyse import advise_traces
-    from .advisor.render import render_markdown, write_html
+    from ..analysis.advisor.analyse import advise_traces
+    from ..analysis.advisor.render import render_markdown, write_html
 
     out_dir = args.out_dir
     if out_dir is None:

@@ -7,17 +7,15 @@ import importlib
 import sys
 from typing import Callable, NoReturn, Optional
 
-from .errors import AscendTuneError
+from ..errors import AscendTuneError
 
 # Modules that add subcommands: each has add_commands(subparsers) and imports nothing heavy at module level.
 _COMMAND_MODULES: tuple = (
-    "ascend_tune.analysis.trace_command",
-    "ascend_tune.analysis.verdict_cli",
-    # precision:
-    # tuning:
-    "ascend_tune.tuning.shapes_cli",
-    "ascend_tune.analysis.advisor_cli",
-    "ascend_tune.analysis.report_cli",
+    "ascend_tune.cli.traces",
+    "ascend_tune.cli.dumps",
+    "ascend_tune.cli.shapes",
+    "ascend_tune.cli.advise",
+    "ascend_tune.cli.report",
 )
 
 
@@ -62,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import run_demo
+    from ..demo import run_demo
 
     written = run_demo(out=args.out, steps=args.steps)
     print("ascend-tune demo wrote:")
@@ -72,7 +70,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_device(args: argparse.Namespace) -> int:
-    from .device import detect_device
+    from ..device import detect_device
 
     info = detect_device()
     print(f"{info.kind}: {info.name} x{info.count} (torch {info.torch_version}, backend {info.backend_version})")
@@ -90,6 +88,3 @@ def main(argv: Optional[list] = None) -> int:
         print(f"ascend-tune: error: {exc}", file=sys.stderr)
         return 2
 
-
-if __name__ == "__main__":
-    sys.exit(main())

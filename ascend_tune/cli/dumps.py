@@ -13,8 +13,8 @@ import json
 import os
 from typing import Any, Callable
 
-from ..cli import int_at_least
 from ..errors import AscendTuneError, InputError, OutputError
+from . import int_at_least
 
 _FORCE_HELP = "replace output files that already exist (default: refuse)"
 
@@ -117,20 +117,20 @@ def _print(lines: list) -> None:
 
 @_one_line
 def _compare_loss(args: argparse.Namespace) -> int:
-    from .logs import read_log
-    from .loss_compare import compare_loss
+    from ..analysis.logs import read_log
+    from ..analysis.loss_compare import compare_loss
     from .verdict_text import loss_lines
 
     plots: tuple = ()
     if args.plot:
-        from .outputs import refuse_existing
-        from .plots import LOSS_CURVES, LOSS_GAPS
+        from ..analysis.outputs import refuse_existing
+        from ..analysis.plots import LOSS_CURVES, LOSS_GAPS
 
         refuse_existing([os.path.join(args.plot, n) for n in (LOSS_CURVES, LOSS_GAPS)], args.force)
     prefer = "text" if args.align == "index" else "jsonl"
     result = compare_loss(read_log(args.base, prefer), read_log(args.target, prefer), args.threshold, args.align)
     if args.plot:
-        from .plots import plot_loss_comparison
+        from ..analysis.plots import plot_loss_comparison
 
         plots = plot_loss_comparison(result, args.plot)
     if args.json:
@@ -142,8 +142,8 @@ def _compare_loss(args: argparse.Namespace) -> int:
 
 @_one_line
 def _perf(args: argparse.Namespace) -> int:
-    from .logs import find_runs, read_log
-    from .throughput import rank_throughput, throughput
+    from ..analysis.logs import find_runs, read_log
+    from ..analysis.throughput import rank_throughput, throughput
     from .verdict_text import rank_lines, throughput_lines
 
     paths = [run for given in args.runs for run in find_runs(given)]
@@ -169,9 +169,9 @@ def _perf(args: argparse.Namespace) -> int:
 
 @_one_line
 def _compare_dump(args: argparse.Namespace) -> int:
-    from .dump_compare import compare_dumps
-    from .dump_report import compare_csv, summary_json
-    from .outputs import make_folder, refuse_existing, write_atomic
+    from ..analysis.dump_compare import compare_dumps
+    from ..analysis.dump_report import compare_csv, summary_json
+    from ..analysis.outputs import make_folder, refuse_existing, write_atomic
     from .verdict_text import dump_lines
 
     outputs = ()
@@ -204,7 +204,7 @@ def _parse(args: argparse.Namespace) -> int:
 
 @_one_line
 def _overflow(args: argparse.Namespace) -> int:
-    from .overflow import find_overflow
+    from ..analysis.overflow import find_overflow
     from .verdict_text import overflow_lines
 
     with _opened(args.dump, args) as dump:
@@ -215,8 +215,8 @@ def _overflow(args: argparse.Namespace) -> int:
 
 @_one_line
 def _pack(args: argparse.Namespace) -> int:
-    from .archive import pack
-    from .dump_sources import open_location
+    from ..analysis.archive import pack
+    from ..analysis.dump_sources import open_location
 
     files, refs = open_location(args.dump)  # refuse a folder that holds no dump
     files.close()
@@ -230,7 +230,7 @@ def _pack(args: argparse.Namespace) -> int:
 
 @_one_line
 def _unpack(args: argparse.Namespace) -> int:
-    from .archive import unpack
+    from ..analysis.archive import unpack
 
     summary = unpack(args.archive, args.out)
     print(f"verified and unpacked {summary.files} file(s), {summary.bytes} bytes into {summary.folder}")
@@ -244,8 +244,8 @@ class _opened:
         self._path, self._args, self._files = path, args, None
 
     def __enter__(self) -> Any:
-        from .dump_sources import open_location, select_dump
-        from .dumps import read_dump
+        from ..analysis.dump_sources import open_location, select_dump
+        from ..analysis.dumps import read_dump
 
         self._files, refs = open_location(self._path)
         try:
