@@ -1,14 +1,16 @@
-"""The ascend-tune command line: the demo end to end, one-line errors, and a cheap import."""
+"""The ascend-tune command line: the demo end to end, one-line errors, a reader that stops early, and a cheap
+import."""
 
 from __future__ import annotations
 
+import errno
 import json
 import subprocess
 import sys
 
 from conftest import SEED_LINE, read_log
 
-from ascend_tune.cli import main
+from ascend_tune.cli import BROKEN_PIPE_EXIT, main
 
 
 def test_demo_writes_the_three_outputs_in_the_seed_format(tmp_path, capsys):
@@ -47,3 +49,38 @@ def test_importing_the_package_does_not_import_torch():
     code = "import sys, ascend_tune; print('torch' in sys.modules)"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert proc.stdout.strip() == "False"
+
+
+def test_an_os_error_of_any_command_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
+    from ascend_tune.cli import shapes
+
+    def unreadable(path):
+        raise IsADirectoryError(errno.EISDIR, "Is a directory", path)
+
+    monkeypatch.setattr(shapes, "read_shapes_report", unreadable)
+    assert main(["shapes", str(tmp_path / "shapes.csv")]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (f"ascend-tune: error: cannot access {tmp_path / 'shapes.csv'} (Is a directory); "
+                            "check the paths and permissions\n")
+
+
+def test_a_reader_that_stops_early_ends_the_command_quietly(tmp_path):
+    # `ascend-tune parse DUMP OP | head -n 1` on an output (~1 MB) far larger than a pipe's buffer: the command
+    # writes into a closed pipe, and must end without a message or a traceback.
+    entry = {"type": "torch.Tensor", "dtype": "torch.float32", "shape": [2], "Max": 1.0, "Min": 0.0, "Mean": 0.5,
+             "Norm": 1.0, "requires_grad": False}
+    data = {f"Functional.linear.{i}.forward": {"input_args": [entry, entry], "input_kwargs": {}, "output": [entry]}
+            for i in range(3000)}
+    (tmp_path / "dump.json").write_text(json.dumps({"task": "statistics", "level": "L1", "data": data}))
+    command = subprocess.Popen([sys.executable, "-m", "ascend_tune.cli", "parse", str(tmp_path), "Functional"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    head = subprocess.Popen(["head", "-n", "1"], stdin=command.stdout, stdout=subprocess.PIPE)
+    command.stdout.close()  # head holds the only reading end: when it exits, the command's writes fail
+    first, _ = head.communicate(timeout=120)
+    err = command.stderr.read()
+    command.stderr.close()
+    assert command.wait(timeout=120) == BROKEN_PIPE_EXIT
+    assert first.decode().endswith(": 3000 op(s)\n")
+    assert err.decode() == ""
+

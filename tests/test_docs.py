@@ -7,7 +7,7 @@ import pathlib
 import re
 
 from ascend_tune import TrainingMonitor
-from ascend_tune.cli import build_parser
+from ascend_tune.cli.parser import build_parser
 
 DOCS = "\n".join(p.read_text() for p in sorted(pathlib.Path(__file__).parents[1].joinpath("docs").glob("*.md")))
 

@@ -158,8 +158,7 @@ def test_pack_refuses_links_inside_the_dump(tmp_path, capsys):
 
 
 def test_building_the_parser_imports_no_numpy_or_matplotlib():
-    code = ("import sys; from ascend_tune.cli import dumps as verdict_cli; import argparse; "
-            "p = argparse.ArgumentParser(); verdict_cli.add_commands(p.add_subparsers()); "
+    code = ("import sys; from ascend_tune.cli.parser import build_parser; build_parser(); "
             "print(sorted(m for m in ('numpy', 'matplotlib', 'torch') if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert proc.stdout.strip() == "[]"

@@ -1,90 +1,52 @@
-"""``ascend-tune``: thin subcommands over the package. Exit 0 = pass, 1 = a check failed, 2 = bad input."""
+"""``ascend-tune``: thin subcommands over the package, and the one place where errors become exit 2.
+
+Exit 0 = pass, 1 = a check failed, 2 = bad input: an :class:`~ascend_tune.errors.AscendTuneError` or an
+``OSError`` is printed as one line on stderr, never a traceback. The parser and the list of command modules are in
+:mod:`.parser`, options several commands share in :mod:`.args`; one module per command family holds its commands.
+"""
 
 from __future__ import annotations
 
-import argparse
-import importlib
+import os
 import sys
-from typing import Callable, NoReturn, Optional
+from typing import Optional
 
 from ..errors import AscendTuneError
 
-# Modules that add subcommands: each has add_commands(subparsers) and imports nothing heavy at module level.
-_COMMAND_MODULES: tuple = (
-    "ascend_tune.cli.traces",
-    "ascend_tune.cli.dumps",
-    "ascend_tune.cli.shapes",
-    "ascend_tune.cli.advise",
-    "ascend_tune.cli.report",
-)
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        # One line, as for every other bad input; `--help` still shows the usage.
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
-def int_at_least(minimum: int) -> Callable[[str], int]:
-    """An argparse type: an integer >= ``minimum``, else a one-line error saying so."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            value = minimum - 1
-        if value < minimum:
-            wanted = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-            raise argparse.ArgumentTypeError(f"expected {wanted}, got {text!r}")
-        return value
-
-    return parse
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of every subcommand."""
-    parser = _Parser(prog="ascend-tune", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-
-    demo = sub.add_parser("demo", help="train a small CNN on synthetic images under TrainingMonitor")
-    demo.add_argument("--out", default="exp/demo", help="output folder (default: exp/demo)")
-    demo.add_argument("--steps", type=int_at_least(1), default=100, help="optimizer steps (default: 100)")
-    demo.set_defaults(run=_cmd_demo)
-
-    dev = sub.add_parser("device", help="print the detected device and why better ones were not used")
-    dev.set_defaults(run=_cmd_device)
-
-    for module_name in _COMMAND_MODULES:
-        importlib.import_module(module_name).add_commands(sub)
-    return parser
-
-
-def _cmd_demo(args: argparse.Namespace) -> int:
-    from ..demo import run_demo
-
-    written = run_demo(out=args.out, steps=args.steps)
-    print("ascend-tune demo wrote:")
-    for name, path in written.items():
-        print(f"  {name:<14} {path}")
-    return 0
-
-
-def _cmd_device(args: argparse.Namespace) -> int:
-    from ..device import detect_device
-
-    info = detect_device()
-    print(f"{info.kind}: {info.name} x{info.count} (torch {info.torch_version}, backend {info.backend_version})")
-    for reason in info.fallback_reasons:
-        print(f"  not used: {reason}")
-    return 0
+# What a shell reports for a process that SIGPIPE ended: `ascend-tune parse DUMP OP | head` stopped reading early.
+BROKEN_PIPE_EXIT = 141
 
 
 def main(argv: Optional[list] = None) -> int:
-    """Entry point of the ``ascend-tune`` console script."""
-    args = build_parser().parse_args(argv)
-    try:
-        return args.run(args)
-    except AscendTuneError as exc:
-        print(f"ascend-tune: error: {exc}", file=sys.stderr)
-        return 2
+    """Entry point of the ``ascend-tune`` console script: run one subcommand and return its exit status."""
+    from .parser import build_parser
 
+    try:
+        args = build_parser().parse_args(argv)
+        status = args.run(args)
+        sys.stdout.flush()  # a reader that left early shows up here when the output fit in the buffer
+        return status
+    except BrokenPipeError:
+        _silence_stdout()
+        return BROKEN_PIPE_EXIT
+    except AscendTuneError as exc:
+        return _error(str(exc))
+    except OSError as exc:
+        where = f" {exc.filename}" if getattr(exc, "filename", None) else ""
+        return _error(f"cannot access{where} ({exc.strerror or exc}); check the paths and permissions")
+
+
+def _error(message: str) -> int:
+    print(f"ascend-tune: error: {' '.join(message.splitlines())}", file=sys.stderr)
+    return 2
+
+
+def _silence_stdout() -> None:
+    # Python's recipe (the signal module's "Note on SIGPIPE"): point stdout at devnull, so that the interpreter's
+    # last flush of what is still buffered does not raise a second BrokenPipeError on the way out.
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (AttributeError, OSError, ValueError):
+        pass  # stdout is no file (a test's capture): nothing of it will be flushed into the closed pipe

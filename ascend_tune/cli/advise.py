@@ -9,8 +9,10 @@ import argparse
 import json
 import os
 
+from .args import add_json, add_out
 
-def add_commands(subparsers) -> None:
+
+def add_commands(subparsers: argparse._SubParsersAction) -> None:
     """Add ``advise`` to the ``ascend-tune`` subcommands."""
     parser = subparsers.add_parser(
         "advise",
@@ -19,28 +21,24 @@ def add_commands(subparsers) -> None:
         "as markdown and write advice.html. Exit 0: no warnings, 1: findings, 2: bad input.",
     )
     parser.add_argument("trace", metavar="TRACE_OR_DIR", help="a trace file, or a folder searched for traces")
-    parser.add_argument(
-        "-o", "--out", dest="out_dir", default=None,
-        help="folder for advice.html and msprof-analyze's files (default: the traces' folder)",
-    )
-    parser.add_argument("--json", action="store_true", help="print the report as JSON instead of markdown")
+    add_out(parser, "folder for advice.html and msprof-analyze's files (default: the traces' folder)")
+    add_json(parser, "the report", instead_of="markdown")
     parser.set_defaults(run=_cmd_advise)
 
 
 def _cmd_advise(args: argparse.Namespace) -> int:
-    from ..analysis.advisor.analyse import advise_traces
-    from ..analysis.advisor.render import render_markdown, write_html
+    from ..analysis.advisor import analyse, render
 
-    out_dir = args.out_dir
+    out_dir = args.out
     if out_dir is None:
         out_dir = args.trace if os.path.isdir(args.trace) else os.path.dirname(os.path.abspath(args.trace))
     if not os.path.exists(args.trace):
         out_dir = None  # advise_traces reports the missing input; do not create folders for it
-    report = advise_traces(args.trace, out_dir=out_dir)
+    report = analyse.advise_traces(args.trace, out_dir=out_dir)
     if out_dir is not None:
-        report = write_html(report, out_dir)
+        report = render.write_html(report, out_dir)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:
-        print(render_markdown(report), end="")
+        print(render.render_markdown(report), end="")
     return report.exit_code

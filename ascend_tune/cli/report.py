@@ -5,24 +5,26 @@ from __future__ import annotations
 import argparse
 import os
 
+from .args import add_force, add_out, add_threshold
 
-def add_commands(sub: argparse._SubParsersAction) -> None:
+
+def add_commands(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``report`` subcommand."""
-    cmd = sub.add_parser("report", help="one self-contained HTML page (and markdown) for a run folder")
+    cmd = subparsers.add_parser("report", help="one self-contained HTML page (and markdown) for a run folder")
     cmd.add_argument("run_dir", metavar="RUN", help="the run folder (TrainingMonitor's log_dir)")
     cmd.add_argument("--baseline", help="a reference run (folder or log) to compare the loss curve against")
-    cmd.add_argument("-o", "--output", help="the HTML file to write (default: RUN/report.html)")
-    cmd.add_argument("--threshold", type=float, default=0.05, help="aligned below this mean relative gap")
+    add_out(cmd, "the HTML file to write (default: RUN/report.html)", metavar="FILE", also=("--output",))
+    add_threshold(cmd)
     cmd.add_argument("--no-advise", action="store_true", help="do not run the trace advisor on the run's traces")
-    cmd.add_argument("--force", action="store_true", help="replace an existing report")
+    add_force(cmd)
     cmd.set_defaults(run=_cmd_report)
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from ..analysis.outputs import make_folder, refuse_existing
     from ..analysis.report import build_report, write_report
+    from ..formats.atomic import make_folder, refuse_existing
 
-    out = args.output or os.path.join(args.run_dir, "report.html")
+    out = args.out or os.path.join(args.run_dir, "report.html")
     md = os.path.splitext(out)[0] + ".md"
     report = build_report(args.run_dir, baseline=args.baseline, threshold=args.threshold, advise=not args.no_advise)
     refuse_existing([out, md], args.force)

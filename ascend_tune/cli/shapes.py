@@ -10,7 +10,7 @@ import json
 from collections import Counter
 
 from ..tuning.shapes_report import FIX, ShapesReport, read_shapes_report
-from . import int_at_least
+from .args import add_json, int_at_least
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
@@ -22,12 +22,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         "with shapes=True wrote. Exit 0: no dynamic op, 1: dynamic ops, 2: bad input.",
     )
     parser.add_argument("csv", metavar="CSV", help="a shapes.csv, or the run folder (log_dir) holding one")
-    parser.add_argument("--limit", type=_count, default=20, help="ops listed, most shapes first (default: 20)")
-    parser.add_argument("--json", action="store_true", help="print every dynamic op as JSON instead")
+    parser.add_argument("--limit", type=int_at_least(1), default=20, help="ops listed, most shapes first (default: 20)")
+    add_json(parser, "every dynamic op", instead_of="the summary")
     parser.set_defaults(run=_cmd_shapes)
-
-
-_count = int_at_least(1)
 
 
 def _cmd_shapes(args: argparse.Namespace) -> int:

@@ -7,6 +7,7 @@ import os
 
 from ..analysis.traces.listing import TraceInfo, scan_traces
 from ..errors import InputError
+from .args import add_out
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
@@ -19,7 +20,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         "Perfetto and chrome://tracing open. Exit 2 when a trace is missing or does not load.",
     )
     cmd.add_argument("path", metavar="DIR", help="a profile folder (e.g. exp/train/profile) or one trace file")
-    cmd.add_argument("--out", default=None, help="write the repaired copies here instead of beside the traces")
+    add_out(cmd, "write the repaired copies here instead of beside the traces")
     cmd.set_defaults(run=run_trace)
 
 

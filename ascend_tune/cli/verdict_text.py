@@ -1,9 +1,10 @@
-"""The verdict tools' results as the lines the CLI prints."""
+"""The verdict tools' results as the lines the CLI prints, and their JSON (strict: NaN and inf become null)."""
 
 from __future__ import annotations
 
+import json
 import math
-from typing import Optional
+from typing import Any, Optional
 
 from ..analysis.dump_compare import DumpComparison
 from ..analysis.loss_compare import LossComparison
@@ -11,7 +12,18 @@ from ..analysis.overflow import OverflowReport
 from ..analysis.throughput import SLOW_RANK, RateStats, ThroughputReport
 
 
+def print_lines(lines: list) -> None:
+    """Print ``lines``, one per line."""
+    print("\n".join(lines))
+
+
+def json_text(payload: dict) -> str:
+    """``payload`` as indented strict JSON: NaN and inf become null, numpy scalars plain numbers."""
+    return json.dumps(_finite(payload), indent=2, default=str)
+
+
 def loss_lines(result: LossComparison, plots: tuple = ()) -> list:
+    """The compare-loss verdict: the gap numbers, ALIGNED or NOT ALIGNED, the plots written."""
     unit = "one loss per optimizer step" if result.unit == "step" else "one loss per log line"
     how = "by step number" if result.align == "step" else "line by line (the seed script's method)"
     lines = [
@@ -37,6 +49,7 @@ def loss_lines(result: LossComparison, plots: tuple = ()) -> list:
 
 
 def throughput_lines(report: ThroughputReport) -> list:
+    """The perf table: steps/sec statistics and speed-up of each run."""
     header = (f"{'run':<40} {'lines':>6} {'median':>9} {'mean':>9} {'p10':>9} {'p90':>9} {'samples/s':>10} "
               f"{'speed-up':>8}")
     lines = [f"steps/sec per run (first {report.exclude_first} log line(s) of each run left out)", header]
@@ -63,6 +76,7 @@ def rank_lines(run: str, ranks: tuple) -> list:
 
 
 def dump_lines(result: DumpComparison, written: tuple = ()) -> list:
+    """The compare-dump verdict: row counts, the first divergence with its stack, PASS or DIVERGED."""
     lines = [
         f"compare-dump: base {result.base}",
         f"              target {result.target}",
@@ -87,6 +101,7 @@ def dump_lines(result: DumpComparison, written: tuple = ()) -> list:
 
 
 def op_lines(label: str, ops: list) -> list:
+    """What parse prints for each op: its parent, stack and one row per argument slot."""
     lines = [f"{label}: {len(ops)} op(s)"]
     for op in ops:
         lines.append(f"{op.name}" + (f"  (in {op.parent})" if op.parent else ""))
@@ -103,6 +118,7 @@ def op_lines(label: str, ops: list) -> list:
 
 
 def overflow_lines(report: OverflowReport) -> list:
+    """What overflow prints: the first op with inf/NaN, whether it produced them, and its stack."""
     lines = [f"overflow: {report.dump}: {report.ops} op(s) checked, {report.overflowing_ops} with inf/NaN"]
     first = report.first
     if first is None:
@@ -142,3 +158,15 @@ def _pct(value: float) -> str:
 
 def _tail(text: str, width: int) -> str:
     return text if len(text) <= width else "..." + text[-(width - 3):]
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    if hasattr(value, "item"):  # numpy scalars
+        value = value.item()
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return None
+    return value

@@ -1,0 +1,72 @@
+"""Argument types and options that several ``ascend-tune`` commands share, each defined once.
+
+A type raises ``argparse.ArgumentTypeError``, which the parser prints on one line (exit 2); an ``add_*`` function
+adds one option with the same name, type and help wherever it appears.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Callable, Optional
+
+FORCE_HELP = "replace output files that already exist (default: refuse)"
+
+
+def int_at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse type: an integer >= ``minimum``, else a one-line error saying so."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = minimum - 1
+        if value < minimum:
+            wanted = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+            raise argparse.ArgumentTypeError(f"expected {wanted}, got {text!r}")
+        return value
+
+    return parse
+
+
+def fraction(text: str) -> float:
+    """An argparse type: a positive finite number such as 0.05 (a threshold or a tolerance)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number such as 0.05, got {text!r}") from None
+    if not value > 0 or value != value or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number such as 0.05, got {text!r}")
+    return value
+
+
+count = int_at_least(0)
+
+
+def add_out(parser: argparse.ArgumentParser, help: str, *, metavar: str = "DIR", required: bool = False,
+            default: Optional[str] = None, also: tuple = ()) -> None:
+    """Add ``-o`` / ``--out`` (and the spellings in ``also``): where the command writes, as ``args.out``."""
+    parser.add_argument("-o", "--out", *also, dest="out", metavar=metavar, required=required, default=default,
+                        help=help)
+
+
+def add_force(parser: argparse.ArgumentParser) -> None:
+    """Add ``--force``: replace outputs that already exist instead of refusing them."""
+    parser.add_argument("--force", action="store_true", help=FORCE_HELP)
+
+
+def add_json(parser: argparse.ArgumentParser, what: str, instead_of: str = "") -> None:
+    """Add ``--json``: print ``what`` (e.g. "the summary") as JSON, ``instead_of`` naming the text it replaces."""
+    instead = f" instead of {instead_of}" if instead_of else ""
+    parser.add_argument("--json", action="store_true", help=f"print {what} as JSON{instead}")
+
+
+def add_threshold(parser: argparse.ArgumentParser) -> None:
+    """Add ``--threshold``: the mean relative loss gap below which two runs are aligned."""
+    parser.add_argument("--threshold", type=fraction, default=0.05,
+                        help="mean relative gap below which the runs are aligned (default: 0.05 = 5%%)")
+
+
+def add_selectors(parser: argparse.ArgumentParser) -> None:
+    """Add ``--step`` / ``--rank``: which dump to use when a location holds several."""
+    parser.add_argument("--step", type=count, help="the step to use when the dump holds several")
+    parser.add_argument("--rank", type=count, help="the rank to use when the dump holds several")

@@ -1,0 +1,38 @@
+"""``ascend-tune demo`` and ``ascend-tune device``: the run tools that need torch (imported inside the handlers)."""
+
+from __future__ import annotations
+
+import argparse
+
+from .args import add_out, int_at_least
+
+
+def add_commands(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``demo`` and ``device`` to the ``ascend-tune`` subcommands."""
+    demo = subparsers.add_parser("demo", help="train a small CNN on synthetic images under TrainingMonitor")
+    add_out(demo, "output folder (default: exp/demo)", default="exp/demo")
+    demo.add_argument("--steps", type=int_at_least(1), default=100, help="optimizer steps (default: 100)")
+    demo.set_defaults(run=_cmd_demo)
+
+    dev = subparsers.add_parser("device", help="print the detected device and why better ones were not used")
+    dev.set_defaults(run=_cmd_device)
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from ..demo import run_demo
+
+    written = run_demo(out=args.out, steps=args.steps)
+    print("ascend-tune demo wrote:")
+    for name, path in written.items():
+        print(f"  {name:<14} {path}")
+    return 0
+
+
+def _cmd_device(args: argparse.Namespace) -> int:
+    from ..device import detect_device
+
+    info = detect_device()
+    print(f"{info.kind}: {info.name} x{info.count} (torch {info.torch_version}, backend {info.backend_version})")
+    for reason in info.fallback_reasons:
+        print(f"  not used: {reason}")
+    return 0

@@ -1,0 +1,78 @@
+"""``ascend-tune compare-loss`` and ``ascend-tune perf``: verdicts over training logs (log.txt, metrics.jsonl).
+
+Each is thin: read the inputs, call one analysis function, print its result. Exit 0 = pass, 1 = the check failed.
+numpy and matplotlib load inside the handlers, so ``ascend-tune --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from .args import add_force, add_json, add_threshold, count
+
+
+def add_commands(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``compare-loss`` and ``perf`` to the ``ascend-tune`` subcommands."""
+    p = subparsers.add_parser("compare-loss", help="compare two runs' loss curves (gap numbers, verdict, plots)")
+    p.add_argument("base", help="reference run: a log.txt, a metrics.jsonl or a run folder")
+    p.add_argument("target", help="run to check, same forms")
+    add_threshold(p)
+    p.add_argument("--align", choices=("step", "index"), default="step",
+                   help="pair losses by step number (default) or line by line as the seed script did")
+    p.add_argument("--plot", metavar="DIR", help="write compare_loss_curves.png and loss_gap_curves.png into DIR")
+    add_json(p, "the numbers")
+    add_force(p)
+    p.set_defaults(run=_compare_loss)
+
+    p = subparsers.add_parser("perf", help="steps/sec statistics of runs and their speed-up over the first")
+    p.add_argument("runs", nargs="+", metavar="RUN", help="a log file, a run folder or a folder of run folders")
+    p.add_argument("--exclude-first", type=count, default=10, metavar="N",
+                   help="log lines left out at the start of each run (warm-up; default: 10)")
+    add_json(p, "the statistics")
+    p.set_defaults(run=_perf)
+
+
+def _compare_loss(args: argparse.Namespace) -> int:
+    from ..analysis import logs, loss_compare, plots
+    from ..formats.atomic import refuse_existing
+    from .verdict_text import json_text, loss_lines, print_lines
+
+    written: tuple = ()
+    if args.plot:
+        refuse_existing([os.path.join(args.plot, n) for n in (plots.LOSS_CURVES, plots.LOSS_GAPS)], args.force)
+    prefer = "text" if args.align == "index" else "jsonl"
+    base, target = logs.read_log(args.base, prefer), logs.read_log(args.target, prefer)
+    result = loss_compare.compare_loss(base, target, args.threshold, args.align)
+    if args.plot:
+        written = plots.plot_loss_comparison(result, args.plot)
+    if args.json:
+        print(json_text(dict(result.as_dict(), plots=list(written))))
+    else:
+        print_lines(loss_lines(result, written))
+    return 0 if result.aligned else 1
+
+
+def _perf(args: argparse.Namespace) -> int:
+    from ..analysis import logs, throughput
+    from .verdict_text import json_text, print_lines, rank_lines, throughput_lines
+
+    paths = [run for given in args.runs for run in logs.find_runs(given)]
+    report = throughput.throughput([logs.read_log(p) for p in paths], args.exclude_first)
+    ranks = {p: throughput.rank_throughput(p, args.exclude_first) for p in paths}
+    if args.json:
+        out = report.as_dict()
+        for run, path in zip(out["runs"], paths):
+            run["ranks"] = [
+                {"rank": r.rank, "median_steps_per_sec": r.steps_per_sec.median if r.steps_per_sec else None,
+                 "relative": r.relative, "slow": r.slow}
+                for r in ranks[path]
+            ]
+        print(json_text(out))
+    else:
+        lines = throughput_lines(report)
+        for path, table in ranks.items():
+            if table:
+                lines += rank_lines(path, table)
+        print_lines(lines)
+    return 0
