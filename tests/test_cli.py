@@ -1,15 +1,18 @@
-"""The ascend-tune command line: the demo end to end, one-line errors, a reader that stops early, and a cheap
-import."""
+"""The ascend-tune command line: the demo end to end, one-line errors, a reader that stops early, a cheap import,
+and the layers (analysis/ and tuning/ never reach up into cli/)."""
 
 from __future__ import annotations
 
+import ast
 import errno
 import json
+import pathlib
 import subprocess
 import sys
 
 from conftest import SEED_LINE, read_log
 
+import ascend_tune
 from ascend_tune.cli import BROKEN_PIPE_EXIT, main
 
 
@@ -84,3 +87,31 @@ def test_a_reader_that_stops_early_ends_the_command_quietly(tmp_path):
     assert first.decode().endswith(": 3000 op(s)\n")
     assert err.decode() == ""
 
+
+def _imported_names(path: pathlib.Path, module: str) -> list:
+    """Every module name ``path`` (the module ``module``) imports, relative imports resolved, and import strings."""
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    names = []
+    for node in ast.walk(ast.parse(path.read_bytes(), str(path))):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package[:len(package) - node.level + 1] if node.level else []
+            base = ".".join(base + ([node.module] if node.module else []))
+            names += [base] + [f"{base}.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("ascend_tune."):
+            names.append(node.value)  # importlib.import_module("ascend_tune.cli...")
+    return names
+
+
+def test_analysis_and_tuning_never_import_the_command_line():
+    root = pathlib.Path(ascend_tune.__file__).parent
+    reaching_up = []
+    for room in ("analysis", "tuning"):
+        for path in sorted((root / room).rglob("*.py")):
+            parts = path.relative_to(root.parent).with_suffix("").parts
+            module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            reaching_up += [f"{module} imports {name}" for name in _imported_names(path, module)
+                            if name == "ascend_tune.cli" or name.startswith("ascend_tune.cli.")]
+    assert len(list((root / "analysis").rglob("*.py"))) > 10
+    assert reaching_up == []
