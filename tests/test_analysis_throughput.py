@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from ascend_tune.analysis.logs import read_log
-from ascend_tune.analysis.throughput import throughput
+from ascend_tune.analysis.logs.read import read_log
+from ascend_tune.analysis.logs.throughput import throughput
 from ascend_tune.cli import main
 from ascend_tune.errors import InputError
 

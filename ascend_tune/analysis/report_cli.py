@@ -19,8 +19,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from .outputs import make_folder, refuse_existing
-    from .report import build_report, write_report
+    from ..formats.atomic import make_folder, refuse_existing
+    from .report.build import build_report
+    from .report.render import write_report
 
     out = args.output or os.path.join(args.run_dir, "report.html")
     md = os.path.splitext(out)[0] + ".md"

@@ -117,20 +117,20 @@ def _print(lines: list) -> None:
 
 @_one_line
 def _compare_loss(args: argparse.Namespace) -> int:
-    from .logs import read_log
-    from .loss_compare import compare_loss
+    from .logs.compare import compare_loss
+    from .logs.read import read_log
     from .verdict_text import loss_lines
 
     plots: tuple = ()
     if args.plot:
-        from .outputs import refuse_existing
-        from .plots import LOSS_CURVES, LOSS_GAPS
+        from ..formats.atomic import refuse_existing
+        from .report.plots import LOSS_CURVES, LOSS_GAPS
 
         refuse_existing([os.path.join(args.plot, n) for n in (LOSS_CURVES, LOSS_GAPS)], args.force)
     prefer = "text" if args.align == "index" else "jsonl"
     result = compare_loss(read_log(args.base, prefer), read_log(args.target, prefer), args.threshold, args.align)
     if args.plot:
-        from .plots import plot_loss_comparison
+        from .report.plots import plot_loss_comparison
 
         plots = plot_loss_comparison(result, args.plot)
     if args.json:
@@ -142,8 +142,8 @@ def _compare_loss(args: argparse.Namespace) -> int:
 
 @_one_line
 def _perf(args: argparse.Namespace) -> int:
-    from .logs import find_runs, read_log
-    from .throughput import rank_throughput, throughput
+    from .logs.read import find_runs, read_log
+    from .logs.throughput import rank_throughput, throughput
     from .verdict_text import rank_lines, throughput_lines
 
     paths = [run for given in args.runs for run in find_runs(given)]
@@ -169,9 +169,9 @@ def _perf(args: argparse.Namespace) -> int:
 
 @_one_line
 def _compare_dump(args: argparse.Namespace) -> int:
+    from ..formats.atomic import make_folder, refuse_existing, write_atomic
     from .dump_compare import compare_dumps
     from .dump_report import compare_csv, summary_json
-    from .outputs import make_folder, refuse_existing, write_atomic
     from .verdict_text import dump_lines
 
     outputs = ()

@@ -6,9 +6,9 @@ import math
 from typing import Optional
 
 from .dump_compare import DumpComparison
-from .loss_compare import LossComparison
+from .logs.compare import LossComparison
+from .logs.throughput import SLOW_RANK, RateStats, ThroughputReport
 from .overflow import OverflowReport
-from .throughput import SLOW_RANK, RateStats, ThroughputReport
 
 
 def loss_lines(result: LossComparison, plots: tuple = ()) -> list:

@@ -13,7 +13,9 @@ from typing import Optional
 
 import numpy as np
 
-from ..errors import InputError
+from ...errors import InputError
+from ...formats.run_dir import METRICS_JSONL
+from .read import read_log_file
 
 
 @dataclass(frozen=True)
@@ -124,14 +126,12 @@ def rank_throughput(run_dir: str, exclude_first: int = 10) -> tuple:
     A straggler shows as a rank whose median steps/sec is under ``SLOW_RANK`` of the ranks' median. Ranks kept in
     lockstep by collectives (DDP) run at the same rate: there a slow rank slows all and none stands out.
     """
-    from .logs import JSONL_NAME, read_log_file
-
     if not os.path.isdir(run_dir):
         return ()
     found = sorted(
-        (int(name[4:]), os.path.join(run_dir, name, JSONL_NAME))
+        (int(name[4:]), os.path.join(run_dir, name, METRICS_JSONL))
         for name in os.listdir(run_dir)
-        if name.startswith("rank") and name[4:].isdigit() and os.path.isfile(os.path.join(run_dir, name, JSONL_NAME))
+        if name.startswith("rank") and name[4:].isdigit() and os.path.isfile(os.path.join(run_dir, name, METRICS_JSONL))
     )
     if len(found) < 2:
         return ()

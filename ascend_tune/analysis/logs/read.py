@@ -1,6 +1,6 @@
 """Training logs as arrays: the seed's ``log.txt`` lines and ascend_tune's ``metrics.jsonl`` records.
 
-``log.txt`` lines are found by :mod:`.log_scan` with numpy over the whole buffer (no per-line Python loop), so a
+``log.txt`` lines are found by :mod:`.scan` with numpy over the whole buffer (no per-line Python loop), so a
 million-line log reads in a fraction of a second. The line may carry a timestamp or not, ANSI colour codes, and sit
 among other lines (warnings, tracebacks); only lines that start like one (``(step=N``) but do not parse are
 *malformed*, counted and reported, never fatal. ``metrics.jsonl`` keeps full precision (``%.4f`` in log.txt turns
@@ -19,13 +19,11 @@ from typing import Optional
 
 import numpy as np
 
-from ..errors import InputError
-from . import log_scan
+from ...errors import InputError
+from ...formats.log_line import ANSI, LINE, LOOKS_LIKE
+from ...formats.run_dir import LOG_TXT, METRICS_JSONL
+from . import scan
 
-LOG_NAME = "log.txt"
-JSONL_NAME = "metrics.jsonl"
-
-_LOOKS_LIKE = re.compile(rb"\(step=\d")
 _FIRST_CHAR = re.compile(rb"\S")
 _MAP_FROM = 1 << 20  # files from 1 MiB are memory-mapped rather than copied
 _EXAMPLES = 3
@@ -82,16 +80,16 @@ def resolve_log(path: str, prefer: str = "jsonl") -> str:
     if not os.path.exists(path):
         raise InputError(f"{path} does not exist; pass a log.txt, a metrics.jsonl or a run folder")
     if os.path.isdir(path):
-        found = {n: os.path.join(path, n) for n in (LOG_NAME, JSONL_NAME) if os.path.isfile(os.path.join(path, n))}
+        found = {n: os.path.join(path, n) for n in (LOG_TXT, METRICS_JSONL) if os.path.isfile(os.path.join(path, n))}
         if not found:
             raise InputError(
-                f"{path} holds no {LOG_NAME} or {JSONL_NAME}; "
+                f"{path} holds no {LOG_TXT} or {METRICS_JSONL}; "
                 "pass a run folder (TrainingMonitor's log_dir) or a log file"
             )
-        first, second = (JSONL_NAME, LOG_NAME) if prefer == "jsonl" else (LOG_NAME, JSONL_NAME)
+        first, second = (METRICS_JSONL, LOG_TXT) if prefer == "jsonl" else (LOG_TXT, METRICS_JSONL)
         return found.get(first) or found[second]
-    beside = os.path.join(os.path.dirname(path), JSONL_NAME)
-    if prefer == "jsonl" and os.path.basename(path) == LOG_NAME and os.path.isfile(beside):
+    beside = os.path.join(os.path.dirname(path), METRICS_JSONL)
+    if prefer == "jsonl" and os.path.basename(path) == LOG_TXT and os.path.isfile(beside):
         return beside
     return path
 
@@ -130,7 +128,7 @@ def _read_bytes(path: str) -> object:
 
 
 def _parse_text(path: str, raw: object) -> LossLog:
-    steps, losses, rates, markers = log_scan.scan(raw)
+    steps, losses, rates, markers = scan.scan(raw)
     if not steps.size:
         raise InputError(
             f"{path} has no loss lines; expected the seed's format "
@@ -148,8 +146,8 @@ def _malformed(raw: object) -> tuple:
     """(count, first few) of the lines that start like loss lines (``(step=N``) but do not parse."""
     count, shown = 0, []
     for number, line in enumerate(bytes(raw).splitlines(), 1):  # type: ignore[call-overload]
-        line = log_scan.ANSI.sub(b"", line)
-        if _LOOKS_LIKE.search(line) and not log_scan.LINE.search(line):
+        line = ANSI.sub(b"", line)
+        if LOOKS_LIKE.search(line) and not LINE.search(line):
             count += 1
             if len(shown) < _EXAMPLES:
                 shown.append(f"line {number}: {line.strip()[:80].decode('utf-8', errors='replace')!r}")
@@ -222,13 +220,13 @@ def find_runs(path: str) -> list:
     folders (the seed walked ``runs/*/log.txt``), sorted by name."""
     if not os.path.exists(path):
         raise InputError(f"{path} does not exist; pass a log file, a run folder or a folder of run folders")
-    if os.path.isfile(path) or any(os.path.isfile(os.path.join(path, n)) for n in (LOG_NAME, JSONL_NAME)):
+    if os.path.isfile(path) or any(os.path.isfile(os.path.join(path, n)) for n in (LOG_TXT, METRICS_JSONL)):
         return [path]
     runs = sorted(
         os.path.join(path, name)
         for name in os.listdir(path)
-        if any(os.path.isfile(os.path.join(path, name, n)) for n in (LOG_NAME, JSONL_NAME))
+        if any(os.path.isfile(os.path.join(path, name, n)) for n in (LOG_TXT, METRICS_JSONL))
     )
     if not runs:
-        raise InputError(f"{path} holds no {LOG_NAME} or {JSONL_NAME}, nor run folders that do")
+        raise InputError(f"{path} holds no {LOG_TXT} or {METRICS_JSONL}, nor run folders that do")
     return runs
