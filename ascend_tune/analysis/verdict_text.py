@@ -7,7 +7,8 @@ from typing import Optional
 
 from .dump_compare import DumpComparison
 from .logs.compare import LossComparison
-from .logs.throughput import SLOW_RANK, RateStats, ThroughputReport
+from .logs.rates import RateStats
+from .logs.throughput import SLOW_RANK, ThroughputReport
 from .overflow import OverflowReport
 
 

@@ -5,11 +5,13 @@ million-line log reads in a fraction of a second. The line may carry a timestamp
 among other lines (warnings, tracebacks); only lines that start like one (``(step=N``) but do not parse are
 *malformed*, counted and reported, never fatal. ``metrics.jsonl`` keeps full precision (``%.4f`` in log.txt turns
 a loss of 0.00071 into 0.0007), so a run folder or a ``log.txt`` with ``metrics.jsonl`` beside it is read from the
-JSONL unless the seed's own input is asked for.
+JSONL unless the seed's own input is asked for. A ``summary.json`` beside the log gives the run's warm-up
+(``start_step``, ``warmup_steps``), which the throughput statistics leave out.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import mmap
 import os
@@ -21,8 +23,9 @@ import numpy as np
 
 from ...errors import InputError
 from ...formats.log_line import ANSI, LINE, LOOKS_LIKE
-from ...formats.run_dir import LOG_TXT, METRICS_JSONL
+from ...formats.run_dir import LOG_TXT, METRICS_JSONL, SUMMARY_JSON
 from . import scan
+from .rates import WarmUp, window_first_steps
 
 _FIRST_CHAR = re.compile(rb"\S")
 _MAP_FROM = 1 << 20  # files from 1 MiB are memory-mapped rather than copied
@@ -36,6 +39,8 @@ class LossLog:
     ``steps`` is the step number of each line (the last step of its log window), ``losses`` the line's loss (the
     window mean), ``steps_per_sec`` / ``samples_per_sec`` its rates (NaN where unknown). ``step_numbers`` /
     ``step_losses`` hold one entry per optimizer step when the JSONL has ``step_losses`` (else None).
+    ``recorded_first_steps`` is each record's ``first_step`` (NaN where missing; None for log.txt), ``warmup`` the
+    run's warm-up from the ``summary.json`` beside the log (None without one).
     """
 
     source: str
@@ -49,17 +54,26 @@ class LossLog:
     malformed: int
     malformed_examples: tuple
     events: int
+    recorded_first_steps: Optional[np.ndarray] = None
+    warmup: Optional[WarmUp] = None
+    read_notes: tuple = ()
 
     @property
     def lines(self) -> int:
         return int(self.steps.size)
 
+    @property
+    def first_steps(self) -> np.ndarray:
+        """The first step of each line's window (see :func:`.rates.window_first_steps`)."""
+        return window_first_steps(self.steps, self.recorded_first_steps)
+
     def notes(self) -> list:
-        """What a reader should know about this log: malformed lines, with the first few shown."""
-        if not self.malformed:
-            return []
-        shown = "; ".join(self.malformed_examples)
-        return [f"{self.source}: {self.malformed} malformed line(s) skipped ({shown})"]
+        """What a reader should know about this log: malformed lines (the first few shown), an unreadable summary."""
+        out = list(self.read_notes)
+        if self.malformed:
+            shown = "; ".join(self.malformed_examples)
+            out.insert(0, f"{self.source}: {self.malformed} malformed line(s) skipped ({shown})")
+        return out
 
 
 def read_log(path: str, prefer: str = "jsonl") -> LossLog:
@@ -69,8 +83,32 @@ def read_log(path: str, prefer: str = "jsonl") -> LossLog:
         path: the file or folder.
         prefer: ``"jsonl"`` reads ``metrics.jsonl`` when it sits beside (or instead of) ``log.txt``; ``"text"``
             reads ``log.txt`` when there is one (the seed script's input, rounded to 4 decimals).
+    The log's ``warmup`` comes from the ``summary.json`` beside the file read, when there is one.
     """
-    return read_log_file(resolve_log(path, prefer))
+    resolved = resolve_log(path, prefer)
+    log = read_log_file(resolved)
+    warmup, notes = summary_warmup(os.path.dirname(resolved) or ".")
+    return dataclasses.replace(log, warmup=warmup, read_notes=log.read_notes + notes)
+
+
+def summary_warmup(folder: str) -> tuple:
+    """``(WarmUp or None, notes)``: the warm-up the ``summary.json`` in ``folder`` records (None without one).
+
+    Parameters:
+        folder: a run folder (TrainingMonitor's ``log_dir``).
+    """
+    path = os.path.join(folder, SUMMARY_JSON)
+    if not os.path.isfile(path):
+        return None, ()
+    try:
+        with open(path, encoding="utf-8") as fh:
+            summary = json.load(fh)
+        start, steps = summary["start_step"], summary["warmup_steps"]
+    except (OSError, ValueError, TypeError, KeyError):
+        return None, (f"{path} is unreadable or has no start_step / warmup_steps; warm-up from --exclude-first",)
+    if not (_is_number(start) and _is_number(steps)):
+        return None, (f"{path} has no start_step / warmup_steps numbers; warm-up from --exclude-first",)
+    return WarmUp(int(start), int(steps)), ()
 
 
 def resolve_log(path: str, prefer: str = "jsonl") -> str:
@@ -184,11 +222,12 @@ def _parse_jsonl(path: str, text: str) -> LossLog:
     losses = np.array([_float(r.get("loss")) for r in records], dtype=np.float64)
     rates = np.array([_float(r.get("steps_per_sec")) for r in records], dtype=np.float64)
     samples = np.array([_float(r.get("samples_per_sec")) for r in records], dtype=np.float64)
+    first = np.array([_float(r.get("first_step")) for r in records], dtype=np.float64)
     per_step = _per_step(records)
     step_numbers, step_losses = per_step if per_step else (None, None)
     return LossLog(
         path, "jsonl", steps, losses, rates, samples, step_numbers, step_losses,
-        len(broken), tuple(broken[:_EXAMPLES]), events,
+        len(broken), tuple(broken[:_EXAMPLES]), events, first,
     )
 
 

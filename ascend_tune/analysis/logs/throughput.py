@@ -1,12 +1,15 @@
 """Throughput statistics of runs: what the seed's steps/sec median script printed, for several runs at once.
 
-Per run, over its log lines after the first ``exclude_first`` (warm-up: compilation, cache fills, the first data
-loads): median, mean, 10th and 90th percentile of steps/sec, and of samples/sec when metrics.jsonl records it.
-Speed-up is each run's median steps/sec over the first run's.
+Per run, over its log lines past the warm-up (compilation, cache fills, the first data loads), the statistics of
+:mod:`.rates` (the same numbers as the run's ``summary.json``): median, mean, 10th and 90th percentile of steps/sec,
+and of samples/sec when metrics.jsonl records it. The warm-up is counted in optimizer steps: the run's own
+(``start_step`` + ``warmup_steps`` from the ``summary.json`` beside its log) when it has one, else ``exclude_first``
+steps from the log's first step. Speed-up is each run's median steps/sec over the first run's.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from typing import Optional
@@ -14,27 +17,9 @@ from typing import Optional
 import numpy as np
 
 from ...errors import InputError
-from ...formats.run_dir import METRICS_JSONL
-from .read import read_log_file
-
-
-@dataclass(frozen=True)
-class RateStats:
-    """Summary of one rate over a run's steady log lines."""
-
-    median: float
-    mean: float
-    p10: float
-    p90: float
-    lines: int
-
-    @classmethod
-    def of(cls, values: np.ndarray) -> Optional[RateStats]:
-        finite = values[np.isfinite(values) & (values > 0)]
-        if not finite.size:
-            return None
-        p10, median, p90 = np.percentile(finite, [10, 50, 90])
-        return cls(float(median), float(finite.mean()), float(p10), float(p90), int(finite.size))
+from ...formats.run_dir import METRICS_JSONL, rank_of_dir
+from .rates import RateStats, WarmUp
+from .read import LossLog, read_log_file, summary_warmup
 
 
 @dataclass(frozen=True)
@@ -43,11 +28,13 @@ class RunThroughput:
 
     source: str
     lines: int
-    excluded: int
+    excluded: int  # log lines left out as warm-up
     steps_per_sec: Optional[RateStats]
     samples_per_sec: Optional[RateStats]
     speedup: Optional[float]  # median steps/sec over the first run's
     notes: tuple
+    warmup: Optional[WarmUp] = None
+    warmup_from: str = "exclude_first"  # or "summary.json"
 
 
 @dataclass(frozen=True)
@@ -55,17 +42,23 @@ class ThroughputReport:
     """Throughput of several runs, the first one being the reference of the speed-ups."""
 
     runs: tuple
-    exclude_first: int
+    exclude_first: int  # warm-up steps of a run without a summary.json
 
     def as_dict(self) -> dict:
+        """The report, JSON-ready."""
+
         def stats(s: Optional[RateStats]) -> Optional[dict]:
-            return None if s is None else dict(s.__dict__)
+            if s is None:
+                return None
+            return {"median": s.median, "mean": s.mean, "p10": s.p10, "p90": s.p90, "lines": s.lines}
 
         return {
             "exclude_first": self.exclude_first,
             "runs": [
                 {
                     "source": r.source, "lines": r.lines, "excluded": r.excluded,
+                    "warmup": None if r.warmup is None else {
+                        "start_step": r.warmup.start_step, "steps": r.warmup.steps, "from": r.warmup_from},
                     "steps_per_sec": stats(r.steps_per_sec), "samples_per_sec": stats(r.samples_per_sec),
                     "speedup": r.speedup, "notes": list(r.notes),
                 }
@@ -74,35 +67,60 @@ class ThroughputReport:
         }
 
 
+def steps_warmup(log: LossLog, steps: int) -> WarmUp:
+    """``steps`` warm-up steps from the first step of ``log``."""
+    first = log.first_steps
+    return WarmUp(int(first[0]) if first.size else 0, steps)
+
+
+def run_throughput(log: LossLog, warmup: WarmUp, source: str = "exclude_first") -> RunThroughput:
+    """One run's throughput over its log lines past ``warmup`` (no speed-up: that needs the other runs).
+
+    Parameters:
+        log: the run's log.
+        warmup: the steps left out (see :mod:`.rates`).
+        source: where the warm-up comes from, ``"summary.json"`` or ``"exclude_first"`` (for the notes).
+    """
+    steady = warmup.steady(log.first_steps)
+    steps = RateStats.of(log.steps_per_sec[steady])
+    samples = RateStats.of(log.samples_per_sec[steady])
+    excluded = int(log.lines - steady.sum())
+    notes = list(log.notes())
+    if source == "summary.json":
+        notes.append(f"warm-up from summary.json: steps before {warmup.end} (start_step {warmup.start_step} + "
+                     f"warmup_steps {warmup.steps}), {excluded} log line(s) left out")
+    if steps is None:
+        fix = "run longer or lower warmup_steps" if source == "summary.json" else "lower --exclude-first"
+        notes.append(f"no steps/sec left after excluding {excluded} of {log.lines} line(s) (steps before "
+                     f"{warmup.end}); {fix}")
+    return RunThroughput(log.source, log.lines, excluded, steps, samples, None, tuple(notes), warmup, source)
+
+
 def throughput(logs: list, exclude_first: int = 10) -> ThroughputReport:
-    """Throughput statistics of each run in ``logs`` (:class:`~.logs.LossLog` objects).
+    """Throughput statistics of each run in ``logs`` (:class:`~.read.LossLog` objects).
 
     Parameters:
         logs: the runs, the first being the reference of the speed-ups.
-        exclude_first: log lines left out at the start of each run (warm-up).
+        exclude_first: warm-up steps left out at the start of a run whose log has no summary.json beside it.
     """
     if exclude_first < 0:
         raise InputError(f"--exclude-first must be >= 0, got {exclude_first}")
     if not logs:
         raise InputError("give at least one run")
-    runs = []
-    reference: Optional[float] = None
-    for i, log in enumerate(logs):
-        skip = min(exclude_first, log.lines)
-        steps = RateStats.of(log.steps_per_sec[skip:])
-        samples = RateStats.of(log.samples_per_sec[skip:])
-        notes = list(log.notes())
-        if steps is None:
-            notes.append(
-                f"no steps/sec left after excluding the first {skip} of {log.lines} line(s); lower --exclude-first"
-            )
-        if i == 0:
-            reference = steps.median if steps else None
-        speedup = steps.median / reference if steps and reference else None
-        runs.append(RunThroughput(log.source, log.lines, skip, steps, samples, speedup, tuple(notes)))
+    runs = [
+        run_throughput(log, log.warmup, "summary.json") if log.warmup is not None
+        else run_throughput(log, steps_warmup(log, exclude_first))
+        for log in logs
+    ]
+    reference = runs[0].steps_per_sec.median if runs[0].steps_per_sec else None
+    runs = [
+        dataclasses.replace(r, speedup=r.steps_per_sec.median / reference) if r.steps_per_sec and reference else r
+        for r in runs
+    ]
     if all(r.steps_per_sec is None for r in runs):
         raise InputError(
-            f"no run has steps/sec past its first {exclude_first} line(s); lower --exclude-first or run longer"
+            f"no run has steps/sec past its warm-up ({exclude_first} step(s) unless its summary.json says); "
+            "lower --exclude-first or run longer"
         )
     return ThroughputReport(tuple(runs), exclude_first)
 
@@ -123,22 +141,26 @@ class RankThroughput:
 def rank_throughput(run_dir: str, exclude_first: int = 10) -> tuple:
     """Per-rank throughput of a multi-rank run folder (its ``rank{R}/metrics.jsonl``); empty for a one-rank run.
 
+    The warm-up is the run's (its summary.json), else ``exclude_first`` steps from each rank's first step.
+
     A straggler shows as a rank whose median steps/sec is under ``SLOW_RANK`` of the ranks' median. Ranks kept in
     lockstep by collectives (DDP) run at the same rate: there a slow rank slows all and none stands out.
     """
     if not os.path.isdir(run_dir):
         return ()
     found = sorted(
-        (int(name[4:]), os.path.join(run_dir, name, METRICS_JSONL))
+        (rank_of_dir(name), os.path.join(run_dir, name, METRICS_JSONL))
         for name in os.listdir(run_dir)
-        if name.startswith("rank") and name[4:].isdigit() and os.path.isfile(os.path.join(run_dir, name, METRICS_JSONL))
+        if rank_of_dir(name) is not None and os.path.isfile(os.path.join(run_dir, name, METRICS_JSONL))
     )
     if len(found) < 2:
         return ()
+    warmup, _ = summary_warmup(run_dir)
     stats = []
     for rank, path in found:
         log = read_log_file(path)
-        stats.append((rank, RateStats.of(log.steps_per_sec[min(exclude_first, log.lines):])))
+        steady = (warmup or steps_warmup(log, exclude_first)).steady(log.first_steps)
+        stats.append((rank, RateStats.of(log.steps_per_sec[steady])))
     medians = [s.median for _, s in stats if s is not None]
     middle = float(np.median(medians)) if medians else None
     out = []

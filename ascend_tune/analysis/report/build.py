@@ -13,13 +13,11 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-import numpy as np
-
 from ...errors import InputError
 from ...formats.run_dir import SHAPES_CSV, SUMMARY_JSON, TUNING_JSON
 from ..logs.compare import LossComparison, compare_loss
 from ..logs.read import LossLog, read_log
-from ..logs.throughput import RunThroughput, throughput
+from ..logs.throughput import RunThroughput, run_throughput, steps_warmup
 from ..traces.find import find_traces
 
 
@@ -65,14 +63,16 @@ def build_report(run: str, baseline: Optional[str] = None, threshold: float = 0.
         raise InputError(f"{run} is not a folder; pass a run folder (TrainingMonitor's log_dir)")
     log = read_log(run)
     summary = _json_file(os.path.join(run, SUMMARY_JSON))
-    warmup = int((summary or {}).get("warmup_steps") or 0)
-    first_line = int(log.steps[0]) if log.lines else 0
-    excluded = int(np.sum(log.steps < first_line + warmup))
     notes = list(log.notes())
-    if excluded >= log.lines:  # a short run: every line is warm-up, so the statistics take them all
-        notes.append(f"all {log.lines} log lines fall in the {warmup}-step warm-up; throughput is over all of them")
-        excluded = 0
-    rates = throughput([log], exclude_first=excluded).runs[0]
+    # the run's warm-up as summary.json and `ascend-tune perf` count it (analysis.logs.rates); none without one
+    if log.warmup is not None:
+        rates = run_throughput(log, log.warmup, "summary.json")
+    else:
+        rates = run_throughput(log, steps_warmup(log, 0))
+    if rates.excluded >= log.lines:  # a short run: every line is warm-up, so the statistics take them all
+        notes.append(f"all {log.lines} log lines fall in the {rates.warmup.steps}-step warm-up; "
+                     "throughput is over all of them")
+        rates = run_throughput(log, steps_warmup(log, 0))
     comparison = compare_loss(read_log(baseline), log, threshold=threshold) if baseline else None
     traces = _traces(os.path.join(run, "profile"))
     advice = None
