@@ -8,7 +8,8 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from .analysis.report import build_report, write_report
+from .analysis.report.build import build_report
+from .analysis.report.render import write_report
 from .monitor import TrainingMonitor
 from .testing.models import MobileNetV1, synthetic_images
 

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from . import device
+from .analysis.logs.rates import RateStats, WarmUp
 
 
 @dataclass
@@ -168,7 +169,8 @@ class RunTotals:
 
     def summary(self) -> dict:
         """The summary's numbers; rates only from windows past warm-up."""
-        steady = [w for w in self.windows if w.first_step >= self.start_step + self.warmup_steps]
+        warm = WarmUp(self.start_step, self.warmup_steps)
+        steady = [w for w, keep in zip(self.windows, warm.steady([w.first_step for w in self.windows])) if keep]
         losses = [v for w in self.windows for v in w.losses]
         out: dict = {
             "steps": sum(w.steps for w in self.windows),
@@ -195,19 +197,10 @@ class RunTotals:
 
 
 def _rate_stats(rates: list, windows: list, unit: str) -> Optional[dict]:
-    finite = np.array([r for r in rates if r is not None and math.isfinite(r)], dtype=float)
-    if finite.size == 0:
-        return None
-    seconds = sum(w.seconds for w in windows)
-    total = sum(w.steps if unit == "steps" else (w.samples or 0) for w in windows)
-    return {
-        "median": float(np.median(finite)),
-        "mean": float(np.mean(finite)),
-        "p10": float(np.percentile(finite, 10)),
-        "p90": float(np.percentile(finite, 90)),
-        "overall": total / seconds if seconds > 0 else None,
-        "windows": int(finite.size),
-    }
+    """summary.json's statistics of one rate: analysis.logs.rates, the definition `ascend-tune perf` uses too."""
+    amounts = [w.steps if unit == "steps" else (w.samples or 0) for w in windows]
+    stats = RateStats.of(rates, amounts, [w.seconds for w in windows])
+    return None if stats is None else stats.as_dict()
 
 
 def across_ranks(per_rank: list) -> dict:

@@ -81,7 +81,7 @@ def training_monitor(tmp_path: Any) -> Callable[..., Any]:
 @pytest.fixture
 def loss_log() -> Callable[[Any], Any]:
     """``loss_log(path)`` → a LossLog (steps, losses, steps/sec as arrays) of a log.txt, metrics.jsonl or folder."""
-    from ascend_tune.analysis.logs import read_log
+    from ascend_tune.analysis.logs.read import read_log
 
     return lambda path: read_log(os.fspath(path))
 

@@ -20,8 +20,8 @@ import time
 
 import numpy as np
 
-from ascend_tune.analysis.logs import read_log
-from ascend_tune.analysis.loss_compare import compare_loss
+from ascend_tune.analysis.logs.compare import compare_loss
+from ascend_tune.analysis.logs.read import read_log
 
 
 def write_log(path: str, lines: int, seed: int) -> None:

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ascend_tune.analysis import log_scan
-from ascend_tune.analysis.logs import find_runs, read_log, resolve_log
+from ascend_tune.analysis.logs import scan as log_scan
+from ascend_tune.analysis.logs.read import find_runs, read_log, resolve_log
 from ascend_tune.errors import InputError
 
 

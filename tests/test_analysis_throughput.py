@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from ascend_tune.analysis.logs import read_log
-from ascend_tune.analysis.throughput import throughput
+from ascend_tune.analysis.logs.read import read_log
+from ascend_tune.analysis.logs.throughput import throughput
 from ascend_tune.cli import main
 from ascend_tune.errors import InputError
 
@@ -87,3 +87,88 @@ def test_perf_flags_a_slow_rank_of_a_multi_rank_run(tmp_path, capsys):
     assert cli_main(["perf", str(run), "--json"]) == 0
     ranks = _json.loads(capsys.readouterr().out)["runs"][0]["ranks"]
     assert [r["slow"] for r in ranks] == [False, False, True, False]
+
+
+def monitored_run(log_dir, warmup_steps, steps=62, log_every=5):
+    """A real monitored run: a tiny model, ``steps`` optimizer steps, one log line every ``log_every``."""
+    import torch
+    import torch.nn.functional as F
+    from torch.utils.data import DataLoader
+
+    from ascend_tune import TrainingMonitor
+    from ascend_tune.testing.models import TinyMLP, synthetic_classification
+
+    torch.manual_seed(0)
+    model = TinyMLP()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(synthetic_classification(n=steps * 4), batch_size=4)
+    with TrainingMonitor(model, optimizer, loader, log_dir=str(log_dir), log_every=log_every,
+                         warmup_steps=warmup_steps, quiet=True, tune=False):
+        for x, y in loader:
+            loss = F.cross_entropy(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    return json.loads((log_dir / "summary.json").read_text())
+
+
+@pytest.mark.parametrize("warmup_steps", [10, 7])  # a multiple of log_every, and one that splits a log window
+def test_perf_prints_the_median_of_summary_json_for_a_run_with_log_every_5(tmp_path, capsys, warmup_steps):
+    run = tmp_path / "run"
+    summary = monitored_run(run, warmup_steps)
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    steady = [r for r in records if r["first_step"] >= warmup_steps]
+    assert summary["steps_per_sec"]["windows"] == len(steady) == len([r for r in records if not r["warmup"]])
+
+    assert main(["perf", str(run), "--json"]) == 0
+    perf = json.loads(capsys.readouterr().out)["runs"][0]
+    assert perf["steps_per_sec"]["median"] == summary["steps_per_sec"]["median"]
+    assert perf["steps_per_sec"]["lines"] == summary["steps_per_sec"]["windows"]
+    for key in ("mean", "p10", "p90"):
+        assert perf["steps_per_sec"][key] == pytest.approx(summary["steps_per_sec"][key], rel=1e-12)
+    assert perf["samples_per_sec"]["median"] == summary["samples_per_sec"]["median"]
+    assert perf["warmup"] == {"start_step": 0, "steps": warmup_steps, "from": "summary.json"}
+    assert perf["excluded"] == len(records) - len(steady)
+
+    assert main(["perf", str(run)]) == 0  # the table shows the same median
+    table = capsys.readouterr().out
+    assert f"{summary['steps_per_sec']['median']:9.3f}" in table
+
+
+def test_a_log_txt_with_summary_json_beside_it_leaves_out_the_same_windows(tmp_path):
+    run = tmp_path / "run"
+    summary = monitored_run(run, warmup_steps=7)
+    (run / "metrics.jsonl").unlink()  # log.txt only: a line's first step is the previous line's step + 1
+    log = read_log(str(run))
+    assert log.kind == "text" and log.first_steps.tolist()[:3] == [0, 5, 10]
+    stats = throughput([log]).runs[0].steps_per_sec
+    assert stats.lines == summary["steps_per_sec"]["windows"]
+
+
+def test_without_a_summary_the_warm_up_is_exclude_first_steps_not_lines(tmp_path):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    lines = [f"(step={step:07d}) Train Loss: 1.0000, Train Steps/Sec: {rate:.2f}"
+             for step, rate in zip(range(4, 60, 5), [1.0, 1.0, 1.0] + [5.0] * 9)]
+    (folder / "log.txt").write_text("\n".join(lines) + "\n")
+    run = throughput([read_log(str(folder))], exclude_first=12).runs[0]
+    # windows 0-4, 5-9, 10-14 hold warm-up steps (< 12); 10 lines would have left out most of the run
+    assert run.excluded == 3 and run.steps_per_sec.lines == 9 and run.steps_per_sec.median == 5.0
+
+
+def test_a_rate_log_txt_rounded_to_zero_counts_as_slow_not_as_missing(tmp_path):
+    run = write_text_run(tmp_path / "slow", [0.0] * 6 + [0.01] * 4)
+    stats = throughput([read_log(str(run))], exclude_first=0).runs[0].steps_per_sec
+    assert stats.lines == 10 and stats.median == 0.0
+
+
+def test_rate_statistics_maths():
+    from ascend_tune.analysis.logs.rates import RateStats, WarmUp, window_first_steps
+
+    stats = RateStats.of([4.0, None, float("nan"), float("inf"), 0.0, 2.0, -1.0], [5, 5, 5, 5, 5, 5, 5], [1] * 7)
+    assert (stats.median, stats.mean, stats.windows, stats.overall) == (2.0, 2.0, 3, 5.0)
+    assert stats.p10 == pytest.approx(np.percentile([0, 2, 4], 10))
+    assert RateStats.of([None, float("nan")]) is None
+    assert WarmUp(100, 7).steady([100, 105, 110]).tolist() == [False, False, True]
+    assert window_first_steps([100, 200, 300]).tolist() == [1, 101, 201]  # the seed's 1-based steps
+    assert window_first_steps([9, 19, 4], recorded=[5, np.nan, np.nan]).tolist() == [5, 10, 4]  # a restart

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from ascend_tune.analysis.advisor.analyse import advise_traces
-from ascend_tune.analysis.report import build_report
+from ascend_tune.analysis.report.build import build_report
 from ascend_tune.analysis.traces.find import find_traces
 from ascend_tune.analysis.traces.listing import scan_traces
 from ascend_tune.analysis.traces.load import load_trace_file

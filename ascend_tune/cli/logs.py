@@ -27,14 +27,16 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
 
     p = subparsers.add_parser("perf", help="steps/sec statistics of runs and their speed-up over the first")
     p.add_argument("runs", nargs="+", metavar="RUN", help="a log file, a run folder or a folder of run folders")
-    p.add_argument("--exclude-first", type=count, default=10, metavar="N",
-                   help="log lines left out at the start of each run (warm-up; default: 10)")
+    p.add_argument("--exclude-first", type=count, default=None, metavar="N",
+                   help="optimizer steps left out at the start of each run as warm-up (default: the warmup_steps "
+                        "of the summary.json beside the log, else 10)")
     add_json(p, "the statistics")
     p.set_defaults(run=_perf)
 
 
 def _compare_loss(args: argparse.Namespace) -> int:
-    from ..analysis import logs, loss_compare, plots
+    from ..analysis.logs import compare, read
+    from ..analysis.report import plots
     from ..formats.atomic import refuse_existing
     from .verdict_text import json_text, loss_lines, print_lines
 
@@ -42,8 +44,8 @@ def _compare_loss(args: argparse.Namespace) -> int:
     if args.plot:
         refuse_existing([os.path.join(args.plot, n) for n in (plots.LOSS_CURVES, plots.LOSS_GAPS)], args.force)
     prefer = "text" if args.align == "index" else "jsonl"
-    base, target = logs.read_log(args.base, prefer), logs.read_log(args.target, prefer)
-    result = loss_compare.compare_loss(base, target, args.threshold, args.align)
+    base, target = read.read_log(args.base, prefer), read.read_log(args.target, prefer)
+    result = compare.compare_loss(base, target, args.threshold, args.align)
     if args.plot:
         written = plots.plot_loss_comparison(result, args.plot)
     if args.json:
@@ -54,11 +56,11 @@ def _compare_loss(args: argparse.Namespace) -> int:
 
 
 def _perf(args: argparse.Namespace) -> int:
-    from ..analysis import logs, throughput
+    from ..analysis.logs import read, throughput
     from .verdict_text import json_text, print_lines, rank_lines, throughput_lines
 
-    paths = [run for given in args.runs for run in logs.find_runs(given)]
-    report = throughput.throughput([logs.read_log(p) for p in paths], args.exclude_first)
+    paths = [run for given in args.runs for run in read.find_runs(given)]
+    report = throughput.throughput([read.read_log(p) for p in paths], args.exclude_first)
     ranks = {p: throughput.rank_throughput(p, args.exclude_first) for p in paths}
     if args.json:
         out = report.as_dict()

@@ -21,7 +21,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from ..analysis.report import build_report, write_report
+    from ..analysis.report.build import build_report
+    from ..analysis.report.render import write_report
     from ..formats.atomic import make_folder, refuse_existing
 
     out = args.out or os.path.join(args.run_dir, "report.html")

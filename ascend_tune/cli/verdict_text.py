@@ -7,9 +7,10 @@ import math
 from typing import Any, Optional
 
 from ..analysis.dump_compare import DumpComparison
-from ..analysis.loss_compare import LossComparison
+from ..analysis.logs.compare import LossComparison
+from ..analysis.logs.rates import RateStats
+from ..analysis.logs.throughput import SLOW_RANK, ThroughputReport
 from ..analysis.overflow import OverflowReport
-from ..analysis.throughput import SLOW_RANK, RateStats, ThroughputReport
 
 
 def print_lines(lines: list) -> None:
@@ -52,7 +53,8 @@ def throughput_lines(report: ThroughputReport) -> list:
     """The perf table: steps/sec statistics and speed-up of each run."""
     header = (f"{'run':<40} {'lines':>6} {'median':>9} {'mean':>9} {'p10':>9} {'p90':>9} {'samples/s':>10} "
               f"{'speed-up':>8}")
-    lines = [f"steps/sec per run (first {report.exclude_first} log line(s) of each run left out)", header]
+    lines = [f"steps/sec per run (warm-up left out: a run's summary.json warmup_steps, else its first "
+             f"{report.exclude_first} step(s))", header]
     for run in report.runs:
         s: Optional[RateStats] = run.steps_per_sec
         cells = [f"{s.median:9.3f}", f"{s.mean:9.3f}", f"{s.p10:9.3f}", f"{s.p90:9.3f}"] if s else ["n/a".rjust(9)] * 4

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from typing import Union
 
-from ..analysis.logs import LossLog, read_log
-from ..analysis.loss_compare import LossComparison, compare_loss
+from ..analysis.logs.compare import LossComparison, compare_loss
+from ..analysis.logs.read import LossLog, read_log
 
 LogLike = Union[str, "os.PathLike[str]", LossLog]
 

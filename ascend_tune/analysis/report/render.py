@@ -1,137 +1,25 @@
-"""One page per run: the loss curve (against a baseline when given), throughput, tuning decisions, dynamic shapes,
-the advisor's findings on the run's traces and the precision dumps' overflow verdicts, each linked by step number.
+"""The run report as text: markdown for terminals and code review, one self-contained HTML page, and writing both.
 
-:func:`build_report` gathers the facts from a run folder (a TrainingMonitor ``log_dir``) into a frozen
-:class:`RunReport`; :func:`render_markdown` and :func:`render_html` turn it into text; :func:`write_report` writes
-``report.html`` (self-contained: plots inline as PNG data) and ``report.md`` beside it.
+Sections are built once (:func:`_sections`, rows that may hold ``{step:N}`` markers) and rendered twice: as plain
+``step N`` in markdown, as links to the HTML page's step table. Plots come from :mod:`.plots` as PNG bytes, inlined.
 """
 
 from __future__ import annotations
 
 import base64
-import csv
 import html
-import json
 import os
-import tempfile
-from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import numpy as np
 
-from ..errors import InputError
-from .logs import LossLog, read_log
-from .loss_compare import LossComparison, compare_loss
-from .outputs import write_atomic
-from .throughput import RunThroughput, throughput
-from .traces.find import find_traces
+from ...formats.atomic import write_atomic
+from ..logs.compare import LossComparison
+from ..logs.throughput import RunThroughput
+from .build import RunReport
+from .plots import report_images
 
-MAX_STEP_ROWS = 2000
-
-
-@dataclass(frozen=True)
-class RunReport:
-    """What the report shows about one run (and its baseline, when one is given)."""
-
-    run: str
-    log: LossLog
-    summary: Optional[dict]
-    throughput: RunThroughput
-    comparison: Optional[LossComparison]
-    tuning: Optional[dict]
-    shapes: Optional[tuple]  # rows of shapes.csv (dicts); None without the file
-    traces: tuple  # trace files under profile/
-    advice: Any  # analysis.advisor.analyse.AdviceReport or None
-    dump_steps: tuple  # step numbers with a precision dump
-    overflows: tuple  # precision.overflow.Overflow
-    notes: tuple = field(default=())
-
-    @property
-    def linked_steps(self) -> set:
-        """Steps something in the report points at; their rows are always in the step table."""
-        steps = set(self.dump_steps)
-        steps.update(o.step for o in self.overflows if o.step is not None)
-        if self.advice is not None:
-            steps.update(f.step for f in self.advice.findings if f.step is not None)
-        if self.comparison is not None and self.comparison.max_rel_gap_step is not None:
-            steps.add(self.comparison.max_rel_gap_step)
-        return steps
-
-
-def build_report(run: str, baseline: Optional[str] = None, threshold: float = 0.05, advise: bool = True) -> RunReport:
-    """Gather a run folder's outputs into a :class:`RunReport`.
-
-    Parameters:
-        run: the run's ``log_dir`` (holding log.txt / metrics.jsonl, and whatever else the monitor wrote).
-        baseline: a reference run (folder or log file) to compare the loss curve against.
-        threshold: the mean relative loss gap that counts as aligned.
-        advise: run the trace advisor on the run's profiler traces.
-    """
-    if not os.path.isdir(run):
-        raise InputError(f"{run} is not a folder; pass a run folder (TrainingMonitor's log_dir)")
-    log = read_log(run)
-    summary = _json_file(os.path.join(run, "summary.json"))
-    warmup = int((summary or {}).get("warmup_steps") or 0)
-    first_line = int(log.steps[0]) if log.lines else 0
-    excluded = int(np.sum(log.steps < first_line + warmup))
-    notes = list(log.notes())
-    if excluded >= log.lines:  # a short run: every line is warm-up, so the statistics take them all
-        notes.append(f"all {log.lines} log lines fall in the {warmup}-step warm-up; throughput is over all of them")
-        excluded = 0
-    rates = throughput([log], exclude_first=excluded).runs[0]
-    comparison = compare_loss(read_log(baseline), log, threshold=threshold) if baseline else None
-    traces = _traces(os.path.join(run, "profile"))
-    advice = None
-    if advise and traces:
-        from .advisor.analyse import advise_traces
-
-        try:
-            advice = advise_traces(os.path.join(run, "profile"))
-        except InputError as exc:
-            notes.append(f"the advisor could not read the traces: {exc}")
-    dump_dir = os.path.join(run, "dump")
-    dump_steps, overflows = _dumps(dump_dir) if os.path.isdir(dump_dir) else ((), ())
-    return RunReport(
-        run=run, log=log, summary=summary, throughput=rates, comparison=comparison,
-        tuning=_json_file(os.path.join(run, "tuning.json")), shapes=_shapes(os.path.join(run, "shapes.csv")),
-        traces=tuple(traces), advice=advice, dump_steps=dump_steps, overflows=overflows, notes=tuple(notes),
-    )
-
-
-def _json_file(path: str) -> Optional[dict]:
-    if not os.path.isfile(path):
-        return None
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{path} is not readable JSON ({exc}); was the run interrupted while writing it?") from None
-
-
-def _shapes(path: str) -> Optional[tuple]:
-    """The dynamic ops of shapes.csv; None when there is no such file (the detector was off)."""
-    if not os.path.isfile(path):
-        return None
-    with open(path, newline="", encoding="utf-8") as fh:
-        return tuple(csv.DictReader(fh))
-
-
-def _traces(folder: str) -> list:
-    return list(find_traces(folder)) if os.path.isdir(folder) else []
-
-
-def _dumps(dump_dir: str) -> tuple:
-    steps = sorted(int(n[4:]) for n in os.listdir(dump_dir) if n.startswith("step") and n[4:].isdigit())
-    from ..precision.overflow import find_overflows
-
-    try:
-        overflows = tuple(find_overflows(dump_dir)) if steps else ()
-    except InputError:
-        overflows = ()
-    return tuple(steps), overflows
-
-
-# --- rendering ----------------------------------------------------------------------------------------------------
+MAX_STEP_ROWS = 2000  # an HTML step table longer than this keeps every k-th line and the linked steps
 
 
 def render_markdown(report: RunReport) -> str:
@@ -316,45 +204,6 @@ def _step_table(report: RunReport) -> str:
     missing = sorted(linked - {int(s) for s in steps[keep]})
     rows.append("</table>" + "".join(f"<span id='step-{n}'></span>" for n in missing) + "</details>")
     return "\n".join(rows)
-
-
-# --- writing -----------------------------------------------------------------------------------------------------
-
-
-def report_images(report: RunReport) -> dict:
-    """The report's plots as PNG bytes: the loss curve, or with a baseline the seed's two comparison plots."""
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        return {}
-    if report.comparison is not None:
-        from .plots import plot_loss_comparison
-
-        with tempfile.TemporaryDirectory() as tmp:
-            paths = plot_loss_comparison(report.comparison, tmp)
-            return {os.path.basename(p): _read(p) for p in paths}
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(9, 4.5), dpi=100)
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
-    x, y = (report.log.step_numbers, report.log.step_losses) if report.log.step_numbers is not None else (
-        report.log.steps, report.log.losses)
-    ax.plot(x, y, linewidth=1)
-    ax.set_xlabel("step")
-    ax.set_ylabel("loss")
-    ax.set_title("Training loss")
-    ax.grid(alpha=0.3)
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "loss.png")
-        fig.savefig(path)
-        return {"loss curve": _read(path)}
-
-
-def _read(path: str) -> bytes:
-    with open(path, "rb") as fh:
-        return fh.read()
 
 
 def write_report(report: RunReport, out_html: str) -> tuple:

@@ -1,4 +1,4 @@
-"""PNG plots of the verdict tools, drawn with matplotlib's object API (no pyplot state, no GUI backend).
+"""PNG plots of the verdict tools and the run report, drawn with matplotlib's object API (no pyplot, no GUI backend).
 
 matplotlib is an optional extra (``pip install ascend_tune[plot]``) and is imported only here, when a plot is drawn.
 """
@@ -7,13 +7,17 @@ from __future__ import annotations
 
 import io
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import ConfigError
-from .loss_compare import LossComparison
-from .outputs import make_folder, write_atomic
+from ...errors import ConfigError
+from ...formats.atomic import make_folder, write_atomic
+from ..logs.compare import LossComparison
+from ..logs.read import LossLog
+
+if TYPE_CHECKING:
+    from .build import RunReport
 
 LOSS_CURVES = "compare_loss_curves.png"
 LOSS_GAPS = "loss_gap_curves.png"
@@ -24,8 +28,19 @@ def plot_loss_comparison(result: LossComparison, out_dir: str) -> tuple:
 
     Returns the two paths. Existing files are replaced (the caller decides whether that is allowed).
     """
-    Figure, Canvas = _matplotlib()
+    images = loss_comparison_pngs(result)
     make_folder(out_dir)
+    paths = []
+    for name, png in images.items():
+        path = os.path.join(out_dir, name)
+        write_atomic(path, png)
+        paths.append(path)
+    return tuple(paths)
+
+
+def loss_comparison_pngs(result: LossComparison) -> dict:
+    """The seed's two plots of ``result`` as PNG bytes: ``{LOSS_CURVES: curves, LOSS_GAPS: gap per step}``."""
+    Figure, Canvas = _matplotlib()
     x = result.steps
     xlabel = "step" if result.align == "step" else "log line (base step)"
 
@@ -38,7 +53,7 @@ def plot_loss_comparison(result: LossComparison, out_dir: str) -> tuple:
     ax.set_title(f"Loss curves (mean relative gap {result.mean_rel_gap:.2%})")
     ax.legend()
     ax.grid(alpha=0.3)
-    curves = _save(fig, Canvas, os.path.join(out_dir, LOSS_CURVES))
+    curves = _png(fig, Canvas)
 
     with np.errstate(divide="ignore", invalid="ignore"):
         gap = np.abs(result.base_loss - result.target_loss)
@@ -55,8 +70,38 @@ def plot_loss_comparison(result: LossComparison, out_dir: str) -> tuple:
     bottom.set_xlabel(xlabel)
     bottom.legend()
     bottom.grid(alpha=0.3)
-    gaps = _save(fig, Canvas, os.path.join(out_dir, LOSS_GAPS))
-    return curves, gaps
+    return {LOSS_CURVES: curves, LOSS_GAPS: _png(fig, Canvas)}
+
+
+def loss_curve_png(log: LossLog) -> bytes:
+    """One run's loss curve as PNG bytes: one point per optimizer step when the log has them, else per line."""
+    Figure, Canvas = _matplotlib()
+    fig = Figure(figsize=(9, 4.5), dpi=100)
+    ax = fig.add_subplot()
+    if log.step_numbers is not None:
+        x, y = log.step_numbers, log.step_losses
+    else:
+        x, y = log.steps, log.losses
+    ax.plot(x, y, linewidth=1)
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    ax.set_title("Training loss")
+    ax.grid(alpha=0.3)
+    return _png(fig, Canvas)
+
+
+def report_images(report: RunReport) -> dict:
+    """The report's plots as PNG bytes by caption: the loss curve, or with a baseline the seed's two plots.
+
+    Empty without matplotlib (the page is then text only).
+    """
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return {}
+    if report.comparison is not None:
+        return loss_comparison_pngs(report.comparison)
+    return {"loss curve": loss_curve_png(report.log)}
 
 
 def _matplotlib() -> tuple:
@@ -68,13 +113,12 @@ def _matplotlib() -> tuple:
     return Figure, FigureCanvasAgg
 
 
-def _save(fig: Any, canvas_class: Any, path: str) -> str:
+def _png(fig: Any, canvas_class: Any) -> bytes:
     canvas_class(fig)
     fig.tight_layout()
     data = io.BytesIO()
     fig.savefig(data, format="png")
-    write_atomic(path, data.getvalue())
-    return path
+    return data.getvalue()
 
 
 def _short(path: str) -> str:

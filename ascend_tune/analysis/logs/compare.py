@@ -17,8 +17,8 @@ from typing import Optional
 
 import numpy as np
 
-from ..errors import InputError
-from .logs import LossLog
+from ...errors import InputError
+from .read import LossLog
 
 
 @dataclass(frozen=True, eq=False)

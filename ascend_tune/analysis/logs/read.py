@@ -1,15 +1,17 @@
 """Training logs as arrays: the seed's ``log.txt`` lines and ascend_tune's ``metrics.jsonl`` records.
 
-``log.txt`` lines are found by :mod:`.log_scan` with numpy over the whole buffer (no per-line Python loop), so a
+``log.txt`` lines are found by :mod:`.scan` with numpy over the whole buffer (no per-line Python loop), so a
 million-line log reads in a fraction of a second. The line may carry a timestamp or not, ANSI colour codes, and sit
 among other lines (warnings, tracebacks); only lines that start like one (``(step=N``) but do not parse are
 *malformed*, counted and reported, never fatal. ``metrics.jsonl`` keeps full precision (``%.4f`` in log.txt turns
 a loss of 0.00071 into 0.0007), so a run folder or a ``log.txt`` with ``metrics.jsonl`` beside it is read from the
-JSONL unless the seed's own input is asked for.
+JSONL unless the seed's own input is asked for. A ``summary.json`` beside the log gives the run's warm-up
+(``start_step``, ``warmup_steps``), which the throughput statistics leave out.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import mmap
 import os
@@ -19,13 +21,12 @@ from typing import Optional
 
 import numpy as np
 
-from ..errors import InputError
-from . import log_scan
+from ...errors import InputError
+from ...formats.log_line import ANSI, LINE, LOOKS_LIKE
+from ...formats.run_dir import LOG_TXT, METRICS_JSONL, SUMMARY_JSON
+from . import scan
+from .rates import WarmUp, window_first_steps
 
-LOG_NAME = "log.txt"
-JSONL_NAME = "metrics.jsonl"
-
-_LOOKS_LIKE = re.compile(rb"\(step=\d")
 _FIRST_CHAR = re.compile(rb"\S")
 _MAP_FROM = 1 << 20  # files from 1 MiB are memory-mapped rather than copied
 _EXAMPLES = 3
@@ -38,6 +39,8 @@ class LossLog:
     ``steps`` is the step number of each line (the last step of its log window), ``losses`` the line's loss (the
     window mean), ``steps_per_sec`` / ``samples_per_sec`` its rates (NaN where unknown). ``step_numbers`` /
     ``step_losses`` hold one entry per optimizer step when the JSONL has ``step_losses`` (else None).
+    ``recorded_first_steps`` is each record's ``first_step`` (NaN where missing; None for log.txt), ``warmup`` the
+    run's warm-up from the ``summary.json`` beside the log (None without one).
     """
 
     source: str
@@ -51,17 +54,26 @@ class LossLog:
     malformed: int
     malformed_examples: tuple
     events: int
+    recorded_first_steps: Optional[np.ndarray] = None
+    warmup: Optional[WarmUp] = None
+    read_notes: tuple = ()
 
     @property
     def lines(self) -> int:
         return int(self.steps.size)
 
+    @property
+    def first_steps(self) -> np.ndarray:
+        """The first step of each line's window (see :func:`.rates.window_first_steps`)."""
+        return window_first_steps(self.steps, self.recorded_first_steps)
+
     def notes(self) -> list:
-        """What a reader should know about this log: malformed lines, with the first few shown."""
-        if not self.malformed:
-            return []
-        shown = "; ".join(self.malformed_examples)
-        return [f"{self.source}: {self.malformed} malformed line(s) skipped ({shown})"]
+        """What a reader should know about this log: malformed lines (the first few shown), an unreadable summary."""
+        out = list(self.read_notes)
+        if self.malformed:
+            shown = "; ".join(self.malformed_examples)
+            out.insert(0, f"{self.source}: {self.malformed} malformed line(s) skipped ({shown})")
+        return out
 
 
 def read_log(path: str, prefer: str = "jsonl") -> LossLog:
@@ -71,8 +83,32 @@ def read_log(path: str, prefer: str = "jsonl") -> LossLog:
         path: the file or folder.
         prefer: ``"jsonl"`` reads ``metrics.jsonl`` when it sits beside (or instead of) ``log.txt``; ``"text"``
             reads ``log.txt`` when there is one (the seed script's input, rounded to 4 decimals).
+    The log's ``warmup`` comes from the ``summary.json`` beside the file read, when there is one.
     """
-    return read_log_file(resolve_log(path, prefer))
+    resolved = resolve_log(path, prefer)
+    log = read_log_file(resolved)
+    warmup, notes = summary_warmup(os.path.dirname(resolved) or ".")
+    return dataclasses.replace(log, warmup=warmup, read_notes=log.read_notes + notes)
+
+
+def summary_warmup(folder: str) -> tuple:
+    """``(WarmUp or None, notes)``: the warm-up the ``summary.json`` in ``folder`` records (None without one).
+
+    Parameters:
+        folder: a run folder (TrainingMonitor's ``log_dir``).
+    """
+    path = os.path.join(folder, SUMMARY_JSON)
+    if not os.path.isfile(path):
+        return None, ()
+    try:
+        with open(path, encoding="utf-8") as fh:
+            summary = json.load(fh)
+        start, steps = summary["start_step"], summary["warmup_steps"]
+    except (OSError, ValueError, TypeError, KeyError):
+        return None, (f"{path} is unreadable or has no start_step / warmup_steps; warm-up from --exclude-first",)
+    if not (_is_number(start) and _is_number(steps)):
+        return None, (f"{path} has no start_step / warmup_steps numbers; warm-up from --exclude-first",)
+    return WarmUp(int(start), int(steps)), ()
 
 
 def resolve_log(path: str, prefer: str = "jsonl") -> str:
@@ -82,16 +118,16 @@ def resolve_log(path: str, prefer: str = "jsonl") -> str:
     if not os.path.exists(path):
         raise InputError(f"{path} does not exist; pass a log.txt, a metrics.jsonl or a run folder")
     if os.path.isdir(path):
-        found = {n: os.path.join(path, n) for n in (LOG_NAME, JSONL_NAME) if os.path.isfile(os.path.join(path, n))}
+        found = {n: os.path.join(path, n) for n in (LOG_TXT, METRICS_JSONL) if os.path.isfile(os.path.join(path, n))}
         if not found:
             raise InputError(
-                f"{path} holds no {LOG_NAME} or {JSONL_NAME}; "
+                f"{path} holds no {LOG_TXT} or {METRICS_JSONL}; "
                 "pass a run folder (TrainingMonitor's log_dir) or a log file"
             )
-        first, second = (JSONL_NAME, LOG_NAME) if prefer == "jsonl" else (LOG_NAME, JSONL_NAME)
+        first, second = (METRICS_JSONL, LOG_TXT) if prefer == "jsonl" else (LOG_TXT, METRICS_JSONL)
         return found.get(first) or found[second]
-    beside = os.path.join(os.path.dirname(path), JSONL_NAME)
-    if prefer == "jsonl" and os.path.basename(path) == LOG_NAME and os.path.isfile(beside):
+    beside = os.path.join(os.path.dirname(path), METRICS_JSONL)
+    if prefer == "jsonl" and os.path.basename(path) == LOG_TXT and os.path.isfile(beside):
         return beside
     return path
 
@@ -130,7 +166,7 @@ def _read_bytes(path: str) -> object:
 
 
 def _parse_text(path: str, raw: object) -> LossLog:
-    steps, losses, rates, markers = log_scan.scan(raw)
+    steps, losses, rates, markers = scan.scan(raw)
     if not steps.size:
         raise InputError(
             f"{path} has no loss lines; expected the seed's format "
@@ -148,8 +184,8 @@ def _malformed(raw: object) -> tuple:
     """(count, first few) of the lines that start like loss lines (``(step=N``) but do not parse."""
     count, shown = 0, []
     for number, line in enumerate(bytes(raw).splitlines(), 1):  # type: ignore[call-overload]
-        line = log_scan.ANSI.sub(b"", line)
-        if _LOOKS_LIKE.search(line) and not log_scan.LINE.search(line):
+        line = ANSI.sub(b"", line)
+        if LOOKS_LIKE.search(line) and not LINE.search(line):
             count += 1
             if len(shown) < _EXAMPLES:
                 shown.append(f"line {number}: {line.strip()[:80].decode('utf-8', errors='replace')!r}")
@@ -186,11 +222,12 @@ def _parse_jsonl(path: str, text: str) -> LossLog:
     losses = np.array([_float(r.get("loss")) for r in records], dtype=np.float64)
     rates = np.array([_float(r.get("steps_per_sec")) for r in records], dtype=np.float64)
     samples = np.array([_float(r.get("samples_per_sec")) for r in records], dtype=np.float64)
+    first = np.array([_float(r.get("first_step")) for r in records], dtype=np.float64)
     per_step = _per_step(records)
     step_numbers, step_losses = per_step if per_step else (None, None)
     return LossLog(
         path, "jsonl", steps, losses, rates, samples, step_numbers, step_losses,
-        len(broken), tuple(broken[:_EXAMPLES]), events,
+        len(broken), tuple(broken[:_EXAMPLES]), events, first,
     )
 
 
@@ -222,13 +259,13 @@ def find_runs(path: str) -> list:
     folders (the seed walked ``runs/*/log.txt``), sorted by name."""
     if not os.path.exists(path):
         raise InputError(f"{path} does not exist; pass a log file, a run folder or a folder of run folders")
-    if os.path.isfile(path) or any(os.path.isfile(os.path.join(path, n)) for n in (LOG_NAME, JSONL_NAME)):
+    if os.path.isfile(path) or any(os.path.isfile(os.path.join(path, n)) for n in (LOG_TXT, METRICS_JSONL)):
         return [path]
     runs = sorted(
         os.path.join(path, name)
         for name in os.listdir(path)
-        if any(os.path.isfile(os.path.join(path, name, n)) for n in (LOG_NAME, JSONL_NAME))
+        if any(os.path.isfile(os.path.join(path, name, n)) for n in (LOG_TXT, METRICS_JSONL))
     )
     if not runs:
-        raise InputError(f"{path} holds no {LOG_NAME} or {JSONL_NAME}, nor run folders that do")
+        raise InputError(f"{path} holds no {LOG_TXT} or {METRICS_JSONL}, nor run folders that do")
     return runs

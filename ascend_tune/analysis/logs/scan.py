@@ -1,8 +1,9 @@
 """Find the seed's loss lines in a log's bytes with numpy, without a Python loop over lines.
 
 A line is ``...(step=0000042) Train Loss: 1.2345, Train Steps/Sec: 9.87...``: whatever precedes the marker (a
-timestamp, a logger prefix, nothing) and follows the rate is ignored. The regular expression ``LINE`` is the
-definition; the scan is a faster way to apply it when the numbers are plain decimals:
+timestamp, a logger prefix, nothing) and follows the rate is ignored. The regular expression
+:data:`ascend_tune.formats.log_line.LINE` is the definition; the scan is a faster way to apply it when the numbers
+are plain decimals:
 
 1. every ``(`` is found with one vectorised comparison over the buffer, and the 80 bytes that follow each are
    gathered into a small matrix, a chunk of rows at a time so the matrix stays in the CPU cache;
@@ -23,9 +24,8 @@ from typing import NamedTuple
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-_NUMBER = rb"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?i:nan|inf(?:inity)?)"
-LINE = re.compile(rb"\(step=(\d+)\) Train Loss: (" + _NUMBER + rb"), Train Steps/Sec: (" + _NUMBER + rb")")
-ANSI = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]")
+from ...formats.log_line import ANSI, LINE
+
 _PLAIN = re.compile(rb"[-+]?\d*\.?\d*\Z")
 
 _MARK = b"(step="

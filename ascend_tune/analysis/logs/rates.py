@@ -1,0 +1,120 @@
+"""Rate statistics of a run's log windows: the one definition that ``summary.json`` and ``ascend-tune perf`` share.
+
+A *window* is the steps one log line reports: from the step after the previous line to the line's own step. Its
+rate r = amount / seconds (steps, or samples, over the window's wall seconds).
+
+Warm-up is counted in optimizer steps, never in log lines: with ``log_every = k`` a line holds k steps, so a count
+of lines would leave out k times the steps asked for. A window belongs to the warm-up when it holds a warm-up step::
+
+    first_step < start_step + warmup_steps
+
+(a window that straddles the boundary is warm-up: its rate mixes warm-up steps in). The first step of a window is
+what metrics.jsonl records (``first_step``); a log.txt line's is the previous line's step + 1 (the first line's
+window is taken to be as long as the second line's; a line whose step does not follow the previous one, a
+restarted run appended to the log, is a window of its own step).
+
+Over the rates r_1..r_n of the steady windows (finite and >= 0):
+
+    median = np.median(r)        mean = sum(r) / n        p10, p90 = np.percentile(r, [10, 90])  (linear)
+    overall = sum(amount_i) / sum(seconds_i)              over every steady window, when the seconds are known
+
+Zero rates are kept: a window is only ever measured as zero when log.txt rounded a slow rate to ``0.00``, and
+leaving those out would make a slow run look faster than it ran (the writers record an unknown rate as NaN, never
+as 0). NaN (unknown) and inf (a window of no measurable time) are left out: they are no measurement. Negative
+rates cannot be measured and are left out too. numpy only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple, Optional
+
+import numpy as np
+
+
+class WarmUp(NamedTuple):
+    """The warm-up of a run: ``steps`` optimizer steps from ``start_step`` on."""
+
+    start_step: int
+    steps: int
+
+    @property
+    def end(self) -> int:
+        """The first step past the warm-up."""
+        return self.start_step + self.steps
+
+    def steady(self, first_steps: object) -> np.ndarray:
+        """Whether each window (given by its first step) holds no warm-up step."""
+        return np.asarray(first_steps, dtype=np.float64) >= self.end
+
+
+def window_first_steps(last_steps: object, recorded: Optional[object] = None) -> np.ndarray:
+    """The first step of each log line's window (int64), from the lines' steps and what the log recorded.
+
+    Parameters:
+        last_steps: each line's step (the last step of its window), in file order.
+        recorded: each line's recorded first step (NaN where the line has none), or None (log.txt).
+    """
+    steps = np.asarray(last_steps, dtype=np.int64)
+    if not steps.size:
+        return steps.copy()
+    previous = np.empty_like(steps)
+    previous[1:] = steps[:-1]
+    gap = int(steps[1] - steps[0]) if steps.size > 1 and steps[1] > steps[0] else 1
+    previous[0] = steps[0] - gap
+    first = np.where(previous < steps, previous + 1, steps)
+    if recorded is not None:
+        known = np.asarray(recorded, dtype=np.float64)
+        first = np.where(np.isfinite(known), np.nan_to_num(known), first).astype(np.int64)
+    return first
+
+
+@dataclass(frozen=True)
+class RateStats:
+    """Statistics of one rate over a run's steady windows (see the module docstring for the maths)."""
+
+    median: float
+    mean: float
+    p10: float
+    p90: float
+    windows: int  # the rates counted: one per steady log line
+    overall: Optional[float] = None  # total amount over total seconds; None when the seconds are not known
+
+    @property
+    def lines(self) -> int:
+        """The log lines counted (each line reports one window)."""
+        return self.windows
+
+    @classmethod
+    def of(
+        cls, rates: object, amounts: Optional[object] = None, seconds: Optional[object] = None
+    ) -> Optional[RateStats]:
+        """The statistics of ``rates`` (one per steady window; None entries are unknown), or None when none counts.
+
+        Parameters:
+            rates: each steady window's rate.
+            amounts: each steady window's steps (or samples), for ``overall``; with ``seconds``.
+            seconds: each steady window's wall seconds, for ``overall``.
+        """
+        values = _floats(rates)
+        kept = values[np.isfinite(values) & (values >= 0)]
+        if not kept.size:
+            return None
+        p10, p90 = np.percentile(kept, [10, 90])
+        overall = None
+        if amounts is not None and seconds is not None:
+            total = float(np.sum(_floats(seconds)))
+            overall = float(np.sum(_floats(amounts))) / total if total > 0 else None
+        return cls(float(np.median(kept)), float(np.mean(kept)), float(p10), float(p90), int(kept.size), overall)
+
+    def as_dict(self) -> dict:
+        """``median, mean, p10, p90, overall, windows``: summary.json's form."""
+        return {"median": self.median, "mean": self.mean, "p10": self.p10, "p90": self.p90,
+                "overall": self.overall, "windows": self.windows}
+
+
+def _floats(values: object) -> np.ndarray:
+    """A float64 array of ``values``, None read as NaN (an array passes through without a Python loop)."""
+    if isinstance(values, np.ndarray) and values.dtype.kind in "fiu":
+        return values.astype(np.float64, copy=False).ravel()
+    return np.array([np.nan if v is None else v for v in values], dtype=np.float64)  # type: ignore[attr-defined]

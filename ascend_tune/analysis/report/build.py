@@ -1,0 +1,126 @@
+"""The run report's model: one run folder's facts gathered into a frozen :class:`RunReport`.
+
+The loss curve (against a baseline when given), throughput, tuning decisions, dynamic shapes, the advisor's
+findings on the run's traces and the precision dumps' overflow verdicts, each linked by step number.
+:mod:`.render` turns the report into markdown and HTML and writes them; :mod:`.plots` draws its figures.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from ...errors import InputError
+from ...formats.run_dir import SHAPES_CSV, SUMMARY_JSON, TUNING_JSON
+from ..logs.compare import LossComparison, compare_loss
+from ..logs.read import LossLog, read_log
+from ..logs.throughput import RunThroughput, run_throughput, steps_warmup
+from ..traces.find import find_traces
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """What the report shows about one run (and its baseline, when one is given)."""
+
+    run: str
+    log: LossLog
+    summary: Optional[dict]
+    throughput: RunThroughput
+    comparison: Optional[LossComparison]
+    tuning: Optional[dict]
+    shapes: Optional[tuple]  # rows of shapes.csv (dicts); None without the file
+    traces: tuple  # trace files under profile/
+    advice: Any  # analysis.advisor.analyse.AdviceReport or None
+    dump_steps: tuple  # step numbers with a precision dump
+    overflows: tuple  # precision.overflow.Overflow
+    notes: tuple = field(default=())
+
+    @property
+    def linked_steps(self) -> set:
+        """Steps something in the report points at; their rows are always in the step table."""
+        steps = set(self.dump_steps)
+        steps.update(o.step for o in self.overflows if o.step is not None)
+        if self.advice is not None:
+            steps.update(f.step for f in self.advice.findings if f.step is not None)
+        if self.comparison is not None and self.comparison.max_rel_gap_step is not None:
+            steps.add(self.comparison.max_rel_gap_step)
+        return steps
+
+
+def build_report(run: str, baseline: Optional[str] = None, threshold: float = 0.05, advise: bool = True) -> RunReport:
+    """Gather a run folder's outputs into a :class:`RunReport`.
+
+    Parameters:
+        run: the run's ``log_dir`` (holding log.txt / metrics.jsonl, and whatever else the monitor wrote).
+        baseline: a reference run (folder or log file) to compare the loss curve against.
+        threshold: the mean relative loss gap that counts as aligned.
+        advise: run the trace advisor on the run's profiler traces.
+    """
+    if not os.path.isdir(run):
+        raise InputError(f"{run} is not a folder; pass a run folder (TrainingMonitor's log_dir)")
+    log = read_log(run)
+    summary = _json_file(os.path.join(run, SUMMARY_JSON))
+    notes = list(log.notes())
+    # the run's warm-up as summary.json and `ascend-tune perf` count it (analysis.logs.rates); none without one
+    if log.warmup is not None:
+        rates = run_throughput(log, log.warmup, "summary.json")
+    else:
+        rates = run_throughput(log, steps_warmup(log, 0))
+    if rates.excluded >= log.lines:  # a short run: every line is warm-up, so the statistics take them all
+        notes.append(f"all {log.lines} log lines fall in the {rates.warmup.steps}-step warm-up; "
+                     "throughput is over all of them")
+        rates = run_throughput(log, steps_warmup(log, 0))
+    comparison = compare_loss(read_log(baseline), log, threshold=threshold) if baseline else None
+    traces = _traces(os.path.join(run, "profile"))
+    advice = None
+    if advise and traces:
+        from ..advisor.analyse import advise_traces
+
+        try:
+            advice = advise_traces(os.path.join(run, "profile"))
+        except InputError as exc:
+            notes.append(f"the advisor could not read the traces: {exc}")
+    dump_dir = os.path.join(run, "dump")
+    dump_steps, overflows = _dumps(dump_dir) if os.path.isdir(dump_dir) else ((), ())
+    return RunReport(
+        run=run, log=log, summary=summary, throughput=rates, comparison=comparison,
+        tuning=_json_file(os.path.join(run, TUNING_JSON)), shapes=_shapes(os.path.join(run, SHAPES_CSV)),
+        traces=tuple(traces), advice=advice, dump_steps=dump_steps, overflows=overflows, notes=tuple(notes),
+    )
+
+
+def _json_file(path: str) -> Optional[dict]:
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{path} is not readable JSON ({exc}); was the run interrupted while writing it?") from None
+
+
+def _shapes(path: str) -> Optional[tuple]:
+    """The dynamic ops of shapes.csv; None when there is no such file (the detector was off)."""
+    if not os.path.isfile(path):
+        return None
+    with open(path, newline="", encoding="utf-8") as fh:
+        return tuple(csv.DictReader(fh))
+
+
+def _traces(folder: str) -> list:
+    return list(find_traces(folder)) if os.path.isdir(folder) else []
+
+
+def _dumps(dump_dir: str) -> tuple:
+    steps = sorted(int(n[4:]) for n in os.listdir(dump_dir) if n.startswith("step") and n[4:].isdigit())
+    from ...precision.overflow import find_overflows
+
+    try:
+        overflows = tuple(find_overflows(dump_dir)) if steps else ()
+    except InputError:
+        overflows = ()
+    return tuple(steps), overflows
+
