@@ -164,13 +164,18 @@ class RunTotals:
     warmup_steps: int
     windows: list = field(default_factory=list)
 
+    @property
+    def warmup(self) -> WarmUp:
+        """The run's warm-up, in optimizer steps (the rule of analysis.logs.rates)."""
+        return WarmUp(self.start_step, self.warmup_steps)
+
     def add(self, window: Window) -> None:
         self.windows.append(window)
 
     def summary(self) -> dict:
         """The summary's numbers; rates only from windows past warm-up."""
-        warm = WarmUp(self.start_step, self.warmup_steps)
-        steady = [w for w, keep in zip(self.windows, warm.steady([w.first_step for w in self.windows])) if keep]
+        keep = self.warmup.steady([w.first_step for w in self.windows])
+        steady = [w for w, steady_window in zip(self.windows, keep) if steady_window]
         losses = [v for w in self.windows for v in w.losses]
         out: dict = {
             "steps": sum(w.steps for w in self.windows),

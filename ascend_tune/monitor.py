@@ -301,7 +301,7 @@ class TrainingMonitor:
                     epoch=epoch,
                     rank=self.rank,
                     world_size=self.world_size,
-                    warmup=window.first_step < self.start_step + self.warmup_steps,
+                    warmup=self.totals.warmup.holds(window.first_step),
                     memory_mib=device.peak_memory_mib(self.device.kind) if self.device else None,
                 )
                 for sink in self._sinks:

@@ -135,6 +135,15 @@ def test_perf_prints_the_median_of_summary_json_for_a_run_with_log_every_5(tmp_p
     assert f"{summary['steps_per_sec']['median']:9.3f}" in table
 
 
+def test_an_explicit_exclude_first_wins_over_summary_json(tmp_path, capsys):
+    run = tmp_path / "run"
+    monitored_run(run, warmup_steps=10, steps=40)  # lines at steps 4, 9, ..., 39: two of them warm-up
+    assert main(["perf", str(run), "--json", "--exclude-first", "20"]) == 0
+    perf = json.loads(capsys.readouterr().out)["runs"][0]
+    assert perf["warmup"] == {"start_step": 0, "steps": 20, "from": "exclude_first"}
+    assert perf["excluded"] == 4 and perf["steps_per_sec"]["lines"] == 4
+
+
 def test_a_log_txt_with_summary_json_beside_it_leaves_out_the_same_windows(tmp_path):
     run = tmp_path / "run"
     summary = monitored_run(run, warmup_steps=7)

@@ -43,6 +43,10 @@ class WarmUp(NamedTuple):
         """The first step past the warm-up."""
         return self.start_step + self.steps
 
+    def holds(self, first_step: int) -> bool:
+        """Whether the window that starts at ``first_step`` is warm-up."""
+        return first_step < self.end
+
     def steady(self, first_steps: object) -> np.ndarray:
         """Whether each window (given by its first step) holds no warm-up step."""
         return np.asarray(first_steps, dtype=np.float64) >= self.end
