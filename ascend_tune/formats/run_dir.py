@@ -50,47 +50,25 @@ def rank_of_dir(name: str) -> Optional[int]:
 
 
 class RunDir:
-    """One run folder. Paths only; nothing is created until asked (:meth:`set_aside`, the writers)."""
+    """One run folder: the path of each of its files (``log_txt``, ``metrics_jsonl``, ``summary_json``,
+    ``tuning_json``, ``shapes_csv``, ``profile_dir``, ``dump_dir``, ``tensorboard_dir``). Nothing is created until
+    asked (:meth:`set_aside`, the writers)."""
 
     def __init__(self, root: Union[str, os.PathLike]):
         self.root = os.fspath(root)
+        self.log_txt = self.path(LOG_TXT)
+        self.metrics_jsonl = self.path(METRICS_JSONL)
+        self.summary_json = self.path(SUMMARY_JSON)
+        self.tuning_json = self.path(TUNING_JSON)
+        self.shapes_csv = self.path(SHAPES_CSV)
+        self.profile_dir = self.path(PROFILE_DIR)
+        self.dump_dir = self.path(DUMP_DIR)
+        self.tensorboard_dir = self.path(TENSORBOARD_DIR)
         self._aside: Optional[str] = None
 
     def path(self, *parts: str) -> str:
         """``root/part/...``."""
         return os.path.join(self.root, *parts)
-
-    @property
-    def log_txt(self) -> str:
-        return self.path(LOG_TXT)
-
-    @property
-    def metrics_jsonl(self) -> str:
-        return self.path(METRICS_JSONL)
-
-    @property
-    def summary_json(self) -> str:
-        return self.path(SUMMARY_JSON)
-
-    @property
-    def tuning_json(self) -> str:
-        return self.path(TUNING_JSON)
-
-    @property
-    def shapes_csv(self) -> str:
-        return self.path(SHAPES_CSV)
-
-    @property
-    def profile_dir(self) -> str:
-        return self.path(PROFILE_DIR)
-
-    @property
-    def dump_dir(self) -> str:
-        return self.path(DUMP_DIR)
-
-    @property
-    def tensorboard_dir(self) -> str:
-        return self.path(TENSORBOARD_DIR)
 
     def rank_path(self, rank: int, *parts: str) -> str:
         """``root/rank{R}/part/...``."""
