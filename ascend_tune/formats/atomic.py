@@ -6,9 +6,10 @@ temporary file is removed whatever went wrong, so a full disk or a vanished fold
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any, Union
 
 from ..errors import OutputError
@@ -19,16 +20,32 @@ def write_atomic(path: Union[str, os.PathLike], data: Union[bytes, str]) -> None
 
     Raises :class:`OutputError` (with the OS reason) when the file cannot be written; nothing is left behind.
     """
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    with open_atomic(path) as fh:
+        fh.write(payload)
+
+
+@contextlib.contextmanager
+def open_atomic(path: Union[str, os.PathLike]) -> Iterator[Any]:
+    """``with open_atomic(path) as fh``: a binary file that replaces ``path`` when the block ends without error.
+
+    For writers that stream (an archive); the same guarantees as :func:`write_atomic`: on any failure the
+    temporary file is removed and ``path`` is untouched; an ``OSError`` becomes :class:`OutputError`.
+    """
     path = os.fspath(path)
     tmp = f"{path}.tmp{os.getpid()}"
-    payload = data.encode("utf-8") if isinstance(data, str) else data
     try:
         with open(tmp, "wb") as fh:
-            fh.write(payload)
+            yield fh
         os.replace(tmp, path)
     except OSError as exc:
         _remove_quietly(tmp)
+        if isinstance(exc, OutputError):
+            raise
         raise OutputError(f"cannot write {path} ({exc.strerror or exc}); pass a writable output") from exc
+    except BaseException:
+        _remove_quietly(tmp)
+        raise
 
 
 def write_json_atomic(path: Union[str, os.PathLike], payload: Any) -> None:

@@ -2,12 +2,15 @@
 
 ```
 dump_path/step{N}/[rank{R}/]dump.json       {task, level, framework, dump_data_dir, data: {name: entry}}
-                             stack.json      {name: [frames]} (msprobe < 8: {id: [[names], [frames]]})
+                             stack.json      {id: [[names], [frames]]} or {name: [frames]} (both in use)
                              construct.json  {name: parent module name}
                              dump_tensor_data/NAME.pt   tensor mode
                              dump.journal    builtin engine, while the step runs (crash-safe, rebuilt by readers)
 ```
-ptdbg_ascend's older layout (``*.pkl`` JSON lines) is read too (analysis.dumps).
+The rank folder is ``rank{R}``; msprobe 26 writes ``proc{PID}`` when torch.distributed is not initialised and 8.x
+wrote a bare ``rank``. A frame of stack.json is one string, ``File {file}, line {n}, in {function}, \\n {code}``
+(msprobe's compare tool shows it as it is). ptdbg_ascend's older layout (``*.pkl`` JSON lines) is read too
+(:mod:`ascend_tune.analysis.dumps`).
 """
 
 from __future__ import annotations
@@ -22,6 +25,10 @@ JOURNAL = "dump.journal"
 TENSOR_DIR = "dump_tensor_data"
 
 _STEP_DIR = re.compile(r"^step(\d+)$")
+_RANK_DIR = re.compile(r"^(?:rank(\d*)|proc\d+)$")
+FRAME = re.compile(r"^File (?P<file>.*), line (?P<line>\d+), in (?P<function>.*?)(?:,[ \t]*\n ?(?P<code>.*))?\s*$",
+                   re.DOTALL)
+"""One stack.json frame: groups file, line, function and (when written) code."""
 
 
 def step_dir_name(step: int) -> str:
@@ -33,3 +40,19 @@ def step_of_dir(name: str) -> Optional[int]:
     """The step a ``step{N}`` folder name stands for, else None."""
     m = _STEP_DIR.match(name)
     return int(m.group(1)) if m else None
+
+
+def is_rank_dir_name(name: str) -> bool:
+    """Whether ``name`` is a dump's rank folder: ``rank{R}``, msprobe's ``proc{PID}`` or a bare ``rank``."""
+    return _RANK_DIR.match(name) is not None
+
+
+def rank_of_dump_dir(name: str) -> Optional[int]:
+    """The rank a dump's rank folder names (None for ``proc{PID}``, a bare ``rank`` or another name)."""
+    m = _RANK_DIR.match(name)
+    return int(m.group(1)) if m and m.group(1) else None
+
+
+def format_frame(file: str, line: int, function: str, code: str) -> str:
+    """One frame as stack.json holds it (what :data:`FRAME` parses)."""
+    return f"File {file}, line {line}, in {function}, \n {code}"
