@@ -14,10 +14,10 @@ import textwrap
 
 import pytest
 
-from ascend_tune.analysis.dump_compare import compare_dumps
-from ascend_tune.analysis.dump_report import columns
-from ascend_tune.analysis.dump_sources import open_location, select_dump
-from ascend_tune.analysis.dumps import read_dump
+from ascend_tune.analysis.dumps.compare import compare_dumps
+from ascend_tune.analysis.dumps.read import read_index
+from ascend_tune.analysis.dumps.sources import open_location, select_dump
+from ascend_tune.analysis.dumps.table import columns
 from ascend_tune.cli import main
 
 # Five one-step runs of a 3-layer MLP, dumped by msprobe (level mix): 0 and 1 identical, 2 with fc2's output
@@ -103,7 +103,7 @@ def step_dir(root, task, step):
 def compared(root, task, step, **options):
     def load(s):
         files, refs = open_location(step_dir(root, task, s))
-        return read_dump(files, select_dump(refs, "dump"))
+        return read_index(files, select_dump(refs, "dump"))
 
     return compare_dumps(load(0), load(step), **options)
 

@@ -9,9 +9,9 @@ import os
 
 import pytest
 
-from ascend_tune.analysis.dump_compare import compare_dumps
-from ascend_tune.analysis.dump_sources import open_location
-from ascend_tune.analysis.dumps import read_dump
+from ascend_tune.analysis.dumps.compare import compare_dumps
+from ascend_tune.analysis.dumps.read import read_index
+from ascend_tune.analysis.dumps.sources import open_location
 from ascend_tune.cli import main
 
 
@@ -23,7 +23,7 @@ def run_cli(capsys, *argv):
 
 def load(folder):
     files, refs = open_location(str(folder))
-    return read_dump(files, refs[0])
+    return read_index(files, refs[0])
 
 
 def tensor(mx, mn, mean, norm, dtype="torch.float32", shape=(4, 4)):

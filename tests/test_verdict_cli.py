@@ -12,7 +12,7 @@ import tarfile
 
 import pytest
 
-from ascend_tune.analysis.archive import MANIFEST
+from ascend_tune.analysis.dumps.archive import MANIFEST
 from ascend_tune.cli import main
 
 

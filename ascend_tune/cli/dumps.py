@@ -36,7 +36,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(run=_parse)
 
     p = subparsers.add_parser("overflow", help="the first op with inf/NaN in a finished dump, with its stack")
-    p.add_argument("dump", help="a dump folder, a dump.json, a ptdbg .pkl or a packed archive")
+    p.add_argument("dump", help="a dump folder, a dump.json, a ptdbg .pkl, a packed archive or an overflow.json")
     add_selectors(p)
     p.set_defaults(run=_overflow)
 
@@ -53,7 +53,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _compare_dump(args: argparse.Namespace) -> int:
-    from ..analysis import dump_compare, dump_report
+    from ..analysis.dumps import compare, table
     from ..formats.atomic import make_folder, refuse_existing, write_atomic
     from .verdict_text import dump_lines, print_lines
 
@@ -64,13 +64,13 @@ def _compare_dump(args: argparse.Namespace) -> int:
         outputs = tuple(os.path.join(args.out, n) for n in ("compare_result.csv", "compare_summary.json"))
         refuse_existing(outputs, args.force)
     with _opened(args.base, args) as base, _opened(args.target, args) as target:
-        result = dump_compare.compare_dumps(base, target, args.mode, args.fuzzy, args.rtol)
+        result = compare.compare_dumps(base, target, args.mode, args.fuzzy, args.rtol)
     if outputs:
         make_folder(args.out)
-        write_atomic(outputs[0], dump_report.compare_csv(result))
-        write_atomic(outputs[1], dump_report.summary_json(result))
+        write_atomic(outputs[0], table.compare_csv(result))
+        write_atomic(outputs[1], table.summary_json(result))
     if args.json:
-        print(dump_report.summary_json(result).decode().rstrip())
+        print(table.summary_json(result).decode().rstrip())
     else:
         print_lines(dump_lines(result, outputs))
     return 0 if result.passed else 1
@@ -85,19 +85,18 @@ def _parse(args: argparse.Namespace) -> int:
 
 
 def _overflow(args: argparse.Namespace) -> int:
-    from ..analysis import overflow
+    from ..analysis.dumps import overflow
     from .verdict_text import overflow_lines, print_lines
 
-    with _opened(args.dump, args) as dump:
-        report = overflow.find_overflow(dump)
+    report = overflow.overflow_report(args.dump, args.step, args.rank)
     print_lines(overflow_lines(report))
     return 0 if report.first is None else 1
 
 
 def _pack(args: argparse.Namespace) -> int:
-    from ..analysis import archive, dump_sources
+    from ..analysis.dumps import archive, sources
 
-    files, refs = dump_sources.open_location(args.dump)  # refuse a folder that holds no dump
+    files, refs = sources.open_location(args.dump)  # refuse a folder that holds no dump
     files.close()
     if not os.path.isdir(args.dump):
         raise InputError(f"{args.dump} is not a folder; pack takes the dump folder")
@@ -108,7 +107,7 @@ def _pack(args: argparse.Namespace) -> int:
 
 
 def _unpack(args: argparse.Namespace) -> int:
-    from ..analysis import archive
+    from ..analysis.dumps import archive
 
     summary = archive.unpack(args.archive, args.out)
     print(f"verified and unpacked {summary.files} file(s), {summary.bytes} bytes into {summary.folder}")
@@ -122,12 +121,12 @@ class _opened:
         self._path, self._args, self._files = path, args, None
 
     def __enter__(self) -> Any:
-        from ..analysis import dump_sources, dumps
+        from ..analysis.dumps import read, sources
 
-        self._files, refs = dump_sources.open_location(self._path)
+        self._files, refs = sources.open_location(self._path)
         try:
-            ref = dump_sources.select_dump(refs, self._path, self._args.step, self._args.rank)
-            return dumps.read_dump(self._files, ref)
+            ref = sources.select_dump(refs, self._path, self._args.step, self._args.rank)
+            return read.read_index(self._files, ref)
         except BaseException:
             self._files.close()
             raise

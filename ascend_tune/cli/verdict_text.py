@@ -6,11 +6,11 @@ import json
 import math
 from typing import Any, Optional
 
-from ..analysis.dump_compare import DumpComparison
+from ..analysis.dumps.compare import DumpComparison
+from ..analysis.dumps.overflow import OverflowReport
 from ..analysis.logs.compare import LossComparison
 from ..analysis.logs.rates import RateStats
 from ..analysis.logs.throughput import SLOW_RANK, ThroughputReport
-from ..analysis.overflow import OverflowReport
 
 
 def print_lines(lines: list) -> None:
@@ -121,19 +121,19 @@ def op_lines(label: str, ops: list) -> list:
 
 def overflow_lines(report: OverflowReport) -> list:
     """What overflow prints: the first op with inf/NaN, whether it produced them, and its stack."""
-    lines = [f"overflow: {report.dump}: {report.ops} op(s) checked, {report.overflowing_ops} with inf/NaN"]
+    lines = [f"overflow: {report.dump}: {report.checked}, {report.overflowing_ops} with inf/NaN"]
     first = report.first
     if first is None:
-        lines.append("  no inf/NaN in any op")
+        lines.append("  no overflow: no inf/NaN in any op")
         return lines
     where = f" (in {first.parent})" if first.parent else ""
-    lines.append(f"  first inf/NaN: {first.op}{where}")
+    lines.append(f"  first inf/NaN: {first.name}{where}")
     if first.produced_here:
         lines.append(f"    produced here: its inputs are finite, {', '.join(first.outputs)} hold inf/NaN")
     else:
         lines.append(f"    its inputs already hold inf/NaN ({', '.join(first.inputs)}): produced before this op, "
                      "in code the dump does not record")
-    lines += _stack(first.stack)
+    lines += _stack(first.stack_text)
     return lines
 
 

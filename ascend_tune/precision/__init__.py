@@ -2,7 +2,8 @@
 
 ``TrainingMonitor(precision=PrecisionConfig(...))`` (or ``ASCEND_TUNE_DUMP=task=statistics,steps=0-2``) dumps the
 selected steps through ptdbg_ascend, msprobe or the built-in engine; :func:`read_dump` and :func:`find_overflows`
-read any of their dumps. Names load on first use: the readers and the config do not import torch.
+(from :mod:`ascend_tune.analysis.dumps`, the one reader and overflow rule) read any of their dumps. Names load on
+first use: the readers and the config do not import torch.
 """
 
 from typing import Any
@@ -11,11 +12,11 @@ __all__ = ["Dump", "Overflow", "PrecisionConfig", "find_dumps", "find_overflows"
 
 _LAZY = {
     "PrecisionConfig": "ascend_tune.precision.config",
-    "Dump": "ascend_tune.precision.reader",
-    "find_dumps": "ascend_tune.precision.reader",
-    "read_dump": "ascend_tune.precision.reader",
-    "Overflow": "ascend_tune.precision.overflow",
-    "find_overflows": "ascend_tune.precision.overflow",
+    "Dump": "ascend_tune.analysis.dumps.model",
+    "find_dumps": "ascend_tune.analysis.dumps.sources",
+    "read_dump": "ascend_tune.analysis.dumps.read",
+    "Overflow": "ascend_tune.analysis.dumps.overflow",
+    "find_overflows": "ascend_tune.analysis.dumps.overflow",
     "seed_all": "ascend_tune.precision.seed",
 }
 

@@ -24,10 +24,12 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+from ..analysis.dumps.overflow import find_overflows, overflows_of
+from ..analysis.dumps.read import dump_from_index
+from ..analysis.dumps.stacks import parse_stacks
 from ..errors import ConfigError
+from ..formats.dump_layout import step_dir_name
 from .config import PrecisionConfig, expand_steps
-from .overflow import find_overflows, scan_entries
-from .reader import forward_name, parse_frame
 
 MSPROBE_DIST = "mindstudio-probe"
 MSPROBE_INSTALL = 'pip install "mindstudio-probe>=26.0,<27"'
@@ -137,12 +139,11 @@ class BuiltinBackend:
             return StepOutcome(None)
         if self.config.task != "overflow_check":
             return StepOutcome(os.path.dirname(result.rank_dir))
-        frames = _names_to_frames(result.stack)
-
-        def stack_of(name: str) -> tuple:  # backward entries have their forward's stack
-            return frames.get(name) or frames.get(forward_name(name), ())
-
-        overflows = scan_entries(result.data, stack_of, result.step, result.rank, overflow_limit)
+        dump = dump_from_index({"data": result.data}, parse_stacks(result.stack), result.construct,
+                               result.rank_dir, step=result.step, rank=result.rank, path=result.rank_dir)
+        overflows = list(overflows_of(dump))
+        if overflow_limit != -1:
+            overflows = overflows[:overflow_limit]
         if not overflows:
             _remove_rank_dir(result.rank_dir)
             return StepOutcome(None)
@@ -198,7 +199,7 @@ class MsprobeBackend:
 
     def step(self, overflow_limit: int = -1) -> StepOutcome:
         self._debugger.step()
-        path = os.path.join(self.dump_path, f"step{self._step}")
+        path = os.path.join(self.dump_path, step_dir_name(self._step))
         if self.config.task != "overflow_check" or not os.path.isdir(path):
             return StepOutcome(path if os.path.isdir(path) else None)
         found = find_overflows(path)
@@ -265,15 +266,6 @@ class PtdbgBackend:
 
     def close(self) -> None:
         """ptdbg's hooks stay registered for the process; the debugger stays stopped."""
-
-
-def _names_to_frames(groups: dict) -> dict:
-    out = {}
-    for names, frames in groups.values():
-        parsed = tuple(parse_frame(f) for f in frames)
-        for name in names:
-            out[name] = parsed
-    return out
 
 
 def _remove_rank_dir(rank_dir: str) -> None:

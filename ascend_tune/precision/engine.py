@@ -28,9 +28,11 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from .. import capture
+from ..formats.dump_layout import TENSOR_DIR, step_dir_name
+from ..formats.run_dir import rank_dir_name
 from . import catalog, stacks
 from .config import PrecisionConfig
-from .journal import TENSOR_DIR, StepWriter
+from .journal import StepWriter
 from .modules import ModuleRecorder, backward_name
 from .records import Records, tensors_in
 
@@ -114,7 +116,7 @@ class DumpEngine:
         """Install the mode and hooks and open the step's journal."""
         self._mode_removal.retry()  # a previous step's mode torch had set aside when that step ended
         self.step = step
-        self.rank_dir = os.path.join(self.dump_path, f"step{step}", f"rank{self.rank}")
+        self.rank_dir = os.path.join(self.dump_path, step_dir_name(step), rank_dir_name(self.rank))
         self._tensor_dir = os.path.join(self.rank_dir, TENSOR_DIR) if self.config.task == "tensor" else None
         self._writer = StepWriter(self.rank_dir, self._header())
         if self._tensor_dir:

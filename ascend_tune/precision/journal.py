@@ -4,7 +4,7 @@ index (``dump.json``, ``stack.json``, ``construct.json``) written atomically whe
 msprobe writes its JSON only at ``stop()`` / ``step()``, so a crash inside a step (the step one dumps to find out
 why it crashes) leaves nothing readable. Here each entry goes to ``dump.journal`` the moment it is seen, one JSON
 line per write(2) on an ``O_APPEND`` descriptor: a SIGKILL loses at most the line being written, and
-:func:`ascend_tune.precision.reader.read_dump` rebuilds the step from the lines that made it. Statistics are read
+:func:`ascend_tune.analysis.dumps.read.read_dump` rebuilds the step from the lines that made it. Statistics are read
 back once at step end (never per op), so a recovered step has names, dtypes and shapes but no Max/Min/Mean/Norm.
 
 Journal lines: ``{"header": {...}}`` first, then ``{"stack": id, "frames": [...]}`` when a new call stack is seen,
@@ -16,11 +16,9 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
 
-JOURNAL = "dump.journal"
-DUMP_JSON, STACK_JSON, CONSTRUCT_JSON = "dump.json", "stack.json", "construct.json"
-TENSOR_DIR = "dump_tensor_data"
+from ..formats.atomic import write_json_atomic
+from ..formats.dump_layout import CONSTRUCT_JSON, DUMP_JSON, JOURNAL, STACK_JSON
 
 
 class StepWriter:
@@ -57,35 +55,3 @@ class StepWriter:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
-
-
-def write_json_atomic(path: str, payload: Any) -> None:
-    """Write JSON through a temporary file and ``os.replace``, so a reader never sees half a file.
-
-    One line per key of the top object, and per entry of a ``data`` object (dump.json): readable and greppable,
-    and each line is encoded by json's C encoder (``json.dump`` with ``indent`` runs the pure-Python one, which
-    costs more than the step it describes). Non-finite statistics are written as bare ``NaN`` / ``Infinity``, as
-    msprobe writes them (Python's json reads them back).
-    """
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(_lines(payload) if isinstance(payload, dict) else _encode(payload))
-        fh.write("\n")
-    os.replace(tmp, path)
-
-
-def _encode(value: Any) -> str:
-    return json.dumps(value, allow_nan=True, default=str)
-
-
-def _lines(obj: dict) -> str:
-    if not obj:
-        return "{}"
-    parts = []
-    for key, value in obj.items():
-        if key == "data" and isinstance(value, dict) and value:
-            inner = ",\n".join(f"  {_encode(k)}: {_encode(v)}" for k, v in value.items())
-            parts.append(f" {_encode(key)}: {{\n{inner}\n }}")
-        else:
-            parts.append(f" {_encode(key)}: {_encode(value)}")
-    return "{\n" + ",\n".join(parts) + "\n}"

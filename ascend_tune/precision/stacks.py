@@ -15,6 +15,8 @@ from typing import Optional
 
 import torch
 
+from ..formats.dump_layout import format_frame
+
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 _DATA_DIR = os.path.join(_TORCH_DIR, "utils", "data") + os.sep
 _OPTIMIZER_FILE = os.path.join(_TORCH_DIR, "optim", "optimizer.py")
@@ -50,11 +52,6 @@ def in_data_loading(frame: Optional[FrameType]) -> bool:
             return False
         frame = frame.f_back
     return False
-
-
-def format_frame(filename: str, line: int, function: str, code: str) -> str:
-    """One frame as msprobe writes it in stack.json (its compare tool shows these strings as they are)."""
-    return f"File {filename}, line {line}, in {function}, \n {code}"
 
 
 class StackTable:

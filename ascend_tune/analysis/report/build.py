@@ -35,7 +35,7 @@ class RunReport:
     traces: tuple  # trace files under profile/
     advice: Any  # analysis.advisor.analyse.AdviceReport or None
     dump_steps: tuple  # step numbers with a precision dump
-    overflows: tuple  # precision.overflow.Overflow
+    overflows: tuple  # analysis.dumps.overflow.Overflow, ranked (the first is where the inf/nan started)
     notes: tuple = field(default=())
 
     @property
@@ -116,7 +116,7 @@ def _traces(folder: str) -> list:
 
 def _dumps(dump_dir: str) -> tuple:
     steps = sorted(int(n[4:]) for n in os.listdir(dump_dir) if n.startswith("step") and n[4:].isdigit())
-    from ...precision.overflow import find_overflows
+    from ..dumps.overflow import find_overflows
 
     try:
         overflows = tuple(find_overflows(dump_dir)) if steps else ()

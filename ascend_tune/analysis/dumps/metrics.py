@@ -23,7 +23,7 @@ from typing import Optional
 
 import numpy as np
 
-from .dumps import Leaf
+from .model import Leaf
 
 TOLERANCE = {
     "float64": 1e-10, "double": 1e-10,

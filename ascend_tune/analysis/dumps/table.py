@@ -11,8 +11,8 @@ import json
 import math
 from typing import Any, Optional
 
-from .dump_compare import CompareRow, DumpComparison
-from .dumps import Leaf
+from .compare import CompareRow, DumpComparison
+from .model import Leaf
 
 HEAD = ["NPU Name", "Bench Name", "NPU Dtype", "Bench Dtype", "NPU Tensor Shape", "Bench Tensor Shape",
         "NPU Requires_grad", "Bench Requires_grad"]

@@ -13,7 +13,7 @@ gradients) counts as input. Rules, each raising a row to error or warning:
 
 Ops named ``empty``, ``to``, ``__setitem__`` (and the other no-data APIs) are not judged; collectives that
 scatter their input (``_reduce_scatter_base`` ...) are judged on their outputs only. Differences smaller than these
-thresholds pass: catching small drifts is the first-divergence rule's job (see :mod:`.dump_compare`).
+thresholds pass: catching small drifts is the first-divergence rule's job (see :mod:`.compare`).
 """
 
 from __future__ import annotations

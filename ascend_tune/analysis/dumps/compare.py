@@ -4,7 +4,7 @@ Matching: an op of TARGET pairs with the BASE op of the same name, the name carr
 (``Functional.linear.1.forward``); ``fuzzy=True`` drops the count and pairs the k-th call of an API in one run
 with its k-th call in the other (for runs whose extra calls shift the counts). Arguments pair by slot.
 
-Metrics and msprobe's verdicts: :mod:`.dump_metrics` and :mod:`.dump_verdicts`.
+Metrics and msprobe's verdicts: :mod:`.metrics` and :mod:`.verdicts`.
 
 **First divergence** (:func:`first_divergence`): walking TARGET's ops in execution order, the first op whose
 output disagrees beyond the tolerance of its dtype while its inputs agree (dtype and shape count: a cast to
@@ -22,9 +22,10 @@ from typing import Optional
 
 import numpy as np
 
-from ..errors import InputError
-from . import dump_metrics, dump_verdicts
-from .dumps import Dump, Leaf, Op
+from ...errors import InputError
+from . import metrics as dump_metrics
+from . import verdicts as dump_verdicts
+from .model import Dump, Leaf, Op
 
 _API_COUNT = re.compile(r"^(?P<head>.*)\.\d+\.(?P<dir>forward|backward)$")
 _MODULE_COUNT = re.compile(r"^(?P<head>Module\..*)\.(?P<dir>forward|backward|parameters_grad)\.\d+$")

@@ -19,8 +19,8 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
-from ..errors import InputError, OutputError
-from ..formats.atomic import make_folder, refuse_existing
+from ...errors import InputError, OutputError
+from ...formats.atomic import make_folder, open_atomic, refuse_existing
 
 MANIFEST = "ascend_tune_manifest.json"
 FORMAT = "ascend-tune-dump-archive"
@@ -58,20 +58,13 @@ def pack(folder: str, archive: str, force: bool = False) -> ArchiveSummary:
     mode = "w:gz" if archive.endswith((".gz", ".tgz")) else "w"
     parent = os.path.dirname(os.path.abspath(archive))
     make_folder(parent)
-    tmp = f"{archive}.tmp{os.getpid()}"
-    try:
-        with tarfile.open(tmp, mode, format=tarfile.PAX_FORMAT) as tar:
-            data = json.dumps(manifest, indent=1, sort_keys=True).encode()
-            tar.addfile(_info(MANIFEST, len(data), time.time()), io.BytesIO(data))
-            for name in files:
-                path = os.path.join(folder, name)
-                with open(path, "rb") as fh:
-                    tar.addfile(_info(name, os.path.getsize(path), os.path.getmtime(path)), fh)
-        os.replace(tmp, archive)
-    except OSError as exc:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise OutputError(f"cannot write {archive} ({exc.strerror or exc}); pass a writable path") from None
+    with open_atomic(archive) as out, tarfile.open(fileobj=out, mode=mode, format=tarfile.PAX_FORMAT) as tar:
+        data = json.dumps(manifest, indent=1, sort_keys=True).encode()
+        tar.addfile(_info(MANIFEST, len(data), time.time()), io.BytesIO(data))
+        for name in files:
+            path = os.path.join(folder, name)
+            with open(path, "rb") as fh:
+                tar.addfile(_info(name, os.path.getsize(path), os.path.getmtime(path)), fh)
     size = sum(entry["size"] for entry in manifest["files"].values())
     return ArchiveSummary(archive, folder, len(files), size)
 
