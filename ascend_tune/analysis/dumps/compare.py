@@ -4,7 +4,7 @@ Matching: an op of TARGET pairs with the BASE op of the same name, the name carr
 (``Functional.linear.1.forward``); ``fuzzy=True`` drops the count and pairs the k-th call of an API in one run
 with its k-th call in the other (for runs whose extra calls shift the counts). Arguments pair by slot.
 
-Metrics and msprobe's verdicts: :mod:`.metrics` and :mod:`.verdicts`.
+Metrics and msprobe's verdicts: :mod:`.metrics` and :mod:`.verdicts`; the CSV and JSON written: :mod:`.table`.
 
 **First divergence** (:func:`first_divergence`): walking TARGET's ops in execution order, the first op whose
 output disagrees beyond the tolerance of its dtype while its inputs agree (dtype and shape count: a cast to
@@ -23,9 +23,9 @@ from typing import Optional
 import numpy as np
 
 from ...errors import InputError
-from . import metrics as dump_metrics
-from . import verdicts as dump_verdicts
-from .model import Dump, Leaf, Op
+from . import metrics, verdicts
+from .metrics import StatsDiff, TensorMetrics
+from .model import Dump, Leaf, Op, Stats
 
 _API_COUNT = re.compile(r"^(?P<head>.*)\.\d+\.(?P<dir>forward|backward)$")
 _MODULE_COUNT = re.compile(r"^(?P<head>Module\..*)\.(?P<dir>forward|backward|parameters_grad)\.\d+$")
@@ -57,9 +57,8 @@ class CompareRow:
     slot: str
     target: Optional[Leaf]
     base: Optional[Leaf]
-    diff: Optional[tuple]  # statistics: Max/Min/Mean/Norm diff (TARGET - BASE)
-    rel: Optional[tuple]  # statistics: their relative errors, as fractions
-    tensor: Optional[tuple]  # tensor mode: dump_metrics.TENSOR_COLUMNS
+    stats: Optional[StatsDiff]  # both statistics known: their differences and relative errors
+    tensor: Optional[TensorMetrics]  # tensor mode, both tensors saved
     error: float
     tolerance: float
     agree: bool
@@ -197,26 +196,26 @@ def _rows(pairs: list, base: Dump, target: Dump, tensor_mode: bool, rtol: Option
         raw.extend((k, s, t_leaves.get(s), b_leaves.get(s)) for s in slots)
 
     numeric = [i for i, (_, _, t, b) in enumerate(raw) if _numeric(t) and _numeric(b)]
-    t_stats = np.array([raw[i][2].stats for i in numeric], dtype=np.float64).reshape(-1, 4)
-    b_stats = np.array([raw[i][3].stats for i in numeric], dtype=np.float64).reshape(-1, 4)
-    diff, rel = dump_metrics.statistics_diffs(t_stats, b_stats)
-    stat_error = dump_metrics.statistics_error(t_stats, b_stats)
+    t_stats = np.array([raw[i][2].stats for i in numeric], dtype=np.float64).reshape(-1, len(Stats._fields))
+    b_stats = np.array([raw[i][3].stats for i in numeric], dtype=np.float64).reshape(-1, len(Stats._fields))
+    diffs = metrics.statistics_diffs(t_stats, b_stats)
+    stat_error = metrics.statistics_error(t_stats, b_stats)
     by_row = {i: n for n, i in enumerate(numeric)}
 
     rows = []
     for i, (k, slot, t, b) in enumerate(raw):
         n = by_row.get(i)
-        tol = dump_metrics.tolerance(t.dtype if t else "", b.dtype if b else "", rtol)
+        tol = metrics.tolerance(t.dtype if t else "", b.dtype if b else "", rtol)
         tensor = None
         if t is not None and b is not None and t.kind == b.kind == "tensor":
             error, reason = _tensor_error(t, b, stat_error[n] if n is not None else None, tol)
             if tensor_mode:
                 tensor, error, reason = _tensor_compare(target, base, t, b, error, reason, tol)
         else:
-            error, reason = dump_metrics.leaf_error(t, b)
+            error, reason = metrics.leaf_error(t, b)
         rows.append(dict(
             pair=k, slot=slot, target=t, base=b,
-            diff=tuple(diff[n]) if n is not None else None, rel=tuple(rel[n]) if n is not None else None,
+            stats=diffs[n] if n is not None else None,
             tensor=tensor, error=float(error), tolerance=tol, agree=not reason, reason=reason,
         ))
     _judge(pairs, rows, tensor_mode)
@@ -247,13 +246,13 @@ def _tensor_compare(target: Dump, base: Dump, t: Leaf, b: Leaf, error: float, re
     t_data, b_data = target.load_tensor(t), base.load_tensor(b)
     if t_data is None or b_data is None:
         return None, error, reason
-    metrics, data_error, note = dump_metrics.tensor_metrics(t_data, b_data)
+    values, data_error, note = metrics.tensor_metrics(t_data, b_data)
     if reason.startswith(("dtype", "shape")):
-        return metrics, error, reason
+        return values, error, reason
     if data_error > tol:
-        return metrics, data_error, note or f"values differ by {data_error:.3g} of the tensor's magnitude " \
-                                            f"(tolerance {tol:g})"
-    return metrics, data_error, ""
+        return values, data_error, note or f"values differ by {data_error:.3g} of the tensor's magnitude " \
+                                           f"(tolerance {tol:g})"
+    return values, data_error, ""
 
 
 def _judge(pairs: list, rows: list, tensor_mode: bool) -> None:
@@ -267,10 +266,11 @@ def _judge(pairs: list, rows: list, tensor_mode: bool) -> None:
         group = rows[start:end]
         views = [dict(
             name=f"{pair.name}.{r['slot']}", target=r["target"], base=r["base"],
-            norm_rel=r["rel"][3] if r["rel"] else None,
-            cosine=r["tensor"][0] if r["tensor"] else None, thousandth=r["tensor"][4] if r["tensor"] else None,
+            norm_rel=r["stats"].norm_rel if r["stats"] else None,
+            cosine=r["tensor"].cosine if r["tensor"] else None,
+            thousandth=r["tensor"].one_thousandth if r["tensor"] else None,
         ) for r in group]
-        judged = dump_verdicts.judge(pair.name, views, tensor_mode) if pair.matched else [("pass", ())] * len(group)
+        judged = verdicts.judge(pair.name, views, tensor_mode) if pair.matched else [("pass", ())] * len(group)
         for r, (result, messages) in zip(group, judged):
             r["result"], r["messages"] = result, messages
         start = end

@@ -1,12 +1,16 @@
 """Per-tensor metrics of a dump comparison, and the tolerance by dtype that decides whether two tensors agree.
 
-Statistics mode (vectorised over all compared rows at once), with T the target's and B the base's statistic:
-``diff = T - B`` and ``relative error = |T - B| / |B|`` for Max, Min, Mean and Norm (msprobe's columns; inf when
-B = 0 and T differs).
+Statistics mode (:class:`StatsDiff`, vectorised over all compared rows at once), with T the target's and B the
+base's statistic: ``diff = T - B`` and ``relative error = |T - B| / |B|`` for Max, Min, Mean and Norm (msprobe's
+columns; inf when B = 0 and T differs).
 
-Tensor mode (from the saved tensors): Cosine, EucDist = ||T - B||, MaxAbsErr, MaxRelativeErr (|T-B|/|B|, with
-float epsilon added where B = 0), and the shares of elements whose relative error is below 0.001 and 0.005
-(msprobe's definitions; inf/NaN at the same positions are zeroed first, at different positions the metrics are NaN).
+Tensor mode (:class:`TensorMetrics`, from the saved tensors): Cosine, EucDist = ||T - B||, MaxAbsErr,
+MaxRelativeErr (|T-B|/|B|, with float epsilon added where B = 0), and the shares of elements whose relative error is
+below 0.001 and 0.005 (msprobe's definitions; inf/NaN at the same positions are zeroed first, at different
+positions the metrics are NaN).
+
+:data:`COLUMNS` is the one map from these fields (and :class:`~.model.Stats`') to msprobe's column names; the CSV
+(:mod:`.table`) and anything else that names a metric reads it.
 
 Agreement (ours, for the first divergence): a row's *error* is the largest difference of its statistics measured
 against the tensor's magnitude, ``|T_s - B_s| / max(|max|, |min|)`` for max/min/mean and ``|T_n - B_n| / max(|T_n|,
@@ -19,7 +23,7 @@ agree differ by ~1e-6), float16 2e-3, bfloat16 2e-2 (one rounding is up to 0.4%)
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import numpy as np
 
@@ -32,8 +36,47 @@ TOLERANCE = {
     "bfloat16": 2e-2,
 }
 _LOW_PRECISION = 1e-1  # float8 and other narrow float types
-TENSOR_COLUMNS = ("Cosine", "EucDist", "MaxAbsErr", "MaxRelativeErr", "One Thousandth Err Ratio",
-                  "Five Thousandths Err Ratio")
+
+
+class StatsDiff(NamedTuple):
+    """Statistics mode: TARGET - BASE of each statistic, then each one's relative error as a fraction."""
+
+    max_diff: float
+    min_diff: float
+    mean_diff: float
+    norm_diff: float
+    max_rel: float
+    min_rel: float
+    mean_rel: float
+    norm_rel: float
+
+
+class TensorMetrics(NamedTuple):
+    """Tensor mode: msprobe's six metrics of two saved tensors."""
+
+    cosine: float
+    euc_dist: float
+    max_abs_err: float
+    max_rel_err: float
+    one_thousandth: float
+    five_thousandths: float
+
+
+COLUMNS = {
+    "max_diff": "Max diff", "min_diff": "Min diff", "mean_diff": "Mean diff", "norm_diff": "L2norm diff",
+    "max_rel": "MaxRelativeErr", "min_rel": "MinRelativeErr", "mean_rel": "MeanRelativeErr",
+    "norm_rel": "NormRelativeErr",
+    "cosine": "Cosine", "euc_dist": "EucDist", "max_abs_err": "MaxAbsErr", "max_rel_err": "MaxRelativeErr",
+    "one_thousandth": "One Thousandth Err Ratio", "five_thousandths": "Five Thousandths Err Ratio",
+    "max": "max", "min": "min", "mean": "mean", "norm": "l2norm",  # Stats: "NPU max", "Bench l2norm"...
+}
+"""Field of :class:`StatsDiff`, :class:`TensorMetrics` or :class:`~.model.Stats` -> msprobe's column name."""
+NAN_METRICS = TensorMetrics(*(math.nan,) * 6)
+
+
+def columns_of(kind: type) -> list:
+    """The column names of a metrics NamedTuple's fields, in order."""
+    return [COLUMNS[name] for name in kind._fields]
 
 
 def tolerance(dtype_a: str, dtype_b: str, override: Optional[float] = None) -> float:
@@ -50,15 +93,15 @@ def _tolerance(dtype: str, override: Optional[float]) -> float:
     return 0.0
 
 
-def statistics_diffs(target: np.ndarray, base: np.ndarray) -> tuple:
-    """(diff, relative error) arrays (rows x 4) of two statistics arrays; equal values give 0, NaN against a
+def statistics_diffs(target: np.ndarray, base: np.ndarray) -> list:
+    """One :class:`StatsDiff` per row of two statistics arrays (rows x 4); equal values give 0, NaN against a
     number gives NaN, and a relative error against a zero base is inf."""
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         same = (target == base) | (np.isnan(target) & np.isnan(base))
         diff = np.where(same, 0.0, target - base)
         rel = np.where(same, 0.0, np.abs(diff) / np.abs(base))
         rel = np.where(~same & (base == 0) & ~np.isnan(target), np.inf, rel)
-    return diff, rel
+    return [StatsDiff(*map(float, d), *map(float, r)) for d, r in zip(diff, rel)]
 
 
 def statistics_error(target: np.ndarray, base: np.ndarray) -> np.ndarray:
@@ -78,8 +121,8 @@ def statistics_error(target: np.ndarray, base: np.ndarray) -> np.ndarray:
 
 
 def tensor_metrics(target: np.ndarray, base: np.ndarray) -> tuple:
-    """(the six msprobe metrics, agreement error, note) of two saved tensors."""
-    nan = (math.nan,) * 6
+    """(:class:`TensorMetrics`, agreement error, note) of two saved tensors."""
+    nan = NAN_METRICS
     if target.shape != base.shape:
         return nan, math.inf, "Shape of NPU and bench Tensor do not match."
     if target.size == 0:
@@ -107,8 +150,8 @@ def tensor_metrics(target: np.ndarray, base: np.ndarray) -> tuple:
             cosine = math.nan
         else:
             cosine = float(np.dot(t, b) / (t_norm * b_norm))
-    metrics = (cosine, float(np.linalg.norm(delta)), max_abs, float(np.max(rel)),
-               float(np.mean(rel < 0.001)), float(np.mean(rel < 0.005)))
+    metrics = TensorMetrics(cosine, float(np.linalg.norm(delta)), max_abs, float(np.max(rel)),
+                            float(np.mean(rel < 0.001)), float(np.mean(rel < 0.005)))
     return metrics, error, ""
 
 

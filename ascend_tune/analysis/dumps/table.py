@@ -1,6 +1,7 @@
 """A dump comparison as msprobe's compare CSV (same columns, same cell spellings) and as a JSON summary.
 
-msprobe's names stay: *NPU* columns describe TARGET, *Bench* columns BASE.
+msprobe's names stay: *NPU* columns describe TARGET, *Bench* columns BASE. The metric columns come from
+:data:`.metrics.COLUMNS`, the one map from a metric's field to its column.
 """
 
 from __future__ import annotations
@@ -12,15 +13,14 @@ import math
 from typing import Any, Optional
 
 from .compare import CompareRow, DumpComparison
-from .model import Leaf
+from .metrics import COLUMNS, StatsDiff, TensorMetrics, columns_of
+from .model import Leaf, Stats
 
 HEAD = ["NPU Name", "Bench Name", "NPU Dtype", "Bench Dtype", "NPU Tensor Shape", "Bench Tensor Shape",
         "NPU Requires_grad", "Bench Requires_grad"]
-STATISTICS = ["Max diff", "Min diff", "Mean diff", "L2norm diff", "MaxRelativeErr", "MinRelativeErr",
-              "MeanRelativeErr", "NormRelativeErr"]
-TENSOR = ["Cosine", "EucDist", "MaxAbsErr", "MaxRelativeErr", "One Thousandth Err Ratio",
-          "Five Thousandths Err Ratio"]
-VALUES = ["NPU max", "NPU min", "NPU mean", "NPU l2norm", "Bench max", "Bench min", "Bench mean", "Bench l2norm"]
+STATISTICS = columns_of(StatsDiff)
+TENSOR = columns_of(TensorMetrics)
+VALUES = [f"{side} {COLUMNS[name]}" for side in ("NPU", "Bench") for name in Stats._fields]
 TAIL = ["Requires_grad Consistent", "Result", "Err_message", "NPU_Stack_Info"]
 NO_BENCH = "No bench data matched."
 
@@ -78,11 +78,11 @@ def _cells(mode: str, pair: Any, row: CompareRow, first_of_op: bool) -> list:
             cells += ["unsupported" if t and b else "N/A"] * len(TENSOR)
         else:
             cells += [_number(v) for v in row.tensor]
-    elif row.diff is None:
+    elif row.stats is None:
         same = t is not None and b is not None and t.value == b.value and t.kind == b.kind
         cells += ["0" if same else "N/A"] * len(STATISTICS)
     else:
-        cells += [_diff(v) for v in row.diff] + [_percent(v) for v in row.rel]  # type: ignore[union-attr]
+        cells += [(_percent if name.endswith("_rel") else _diff)(value) for name, value in row.stats._asdict().items()]
     cells += _values(t) + _values(b)
     messages = list(row.messages) if b is not None else []
     cells += [
