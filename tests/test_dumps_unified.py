@@ -202,3 +202,26 @@ def test_compare_metrics_are_named_and_the_csv_columns_come_from_one_map(tmp_pat
     written = cells["Torch.exp.0.forward.output.0"]
     assert written[COLUMNS["norm_diff"]] == "2.0" and written[COLUMNS["norm_rel"]] == "25.0%"
     assert written["NPU l2norm"] == "10.0" and written["Bench l2norm"] == "8.0"
+
+
+def test_an_inf_from_the_data_is_named_where_it_first_arrives_and_said_to_come_from_outside(tmp_path, capsys):
+    torch.manual_seed(0)
+    model = TinyMLP()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = synthetic_classification(n=16)
+    data.tensors[0][0, 0] = float("inf")  # a broken sample: no recorded op makes this inf
+    loader = DataLoader(data, batch_size=8)
+    with TrainingMonitor(model, optimizer, loader, log_dir=tmp_path, quiet=True, tune=False,
+                         precision=dict(task="overflow_check", steps=[0])):
+        for x, y in loader:
+            loss = F.cross_entropy(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    first = load(tmp_path / "dump" / "rank0" / "overflow.json")["overflows"][0]
+    assert (first["name"], first["produced_here"], first["inputs"]) == ("Functional.linear.0.forward", False,
+                                                                        ["input.0"])
+    warnings = [r["message"] for r in read_jsonl(tmp_path / "metrics.jsonl") if r.get("event") == "warning"]
+    assert "Functional.linear.0.forward received" in warnings[0]
+    code, out, _ = run_cli(capsys, "overflow", tmp_path / "dump" / "step0")
+    assert code == 1 and "first inf/NaN: Functional.linear.0.forward" in out and "already hold inf/NaN" in out

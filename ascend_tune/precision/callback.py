@@ -21,6 +21,7 @@ from . import backends
 from .config import ENV_DUMP, PrecisionConfig
 
 if TYPE_CHECKING:
+    from ..analysis.dumps.overflow import Overflow
     from ..context import RunContext
 
 
@@ -192,12 +193,13 @@ class PrecisionCallback(Callback):
         ctx.run_dir.set_aside([os.path.relpath(t, ctx.log_dir) for t in taken], "dump")
 
 
-def _overflow_message(first: Any, path: str) -> str:
+def _overflow_message(first: Overflow, path: str) -> str:
     where = ""
     if first.stack:
         frame = first.stack[0]
         where = f" at {frame.file}:{frame.line} ({frame.code})"
-    return (f"overflow: {first.name} produced inf/nan in {first.tensor} at step {first.step}{where}; "
+    what = "produced" if first.produced_here else "received (from code the dump does not record) and passed on"
+    return (f"overflow: {first.name} {what} inf/nan in {first.tensor} at step {first.step}{where}; "
             f"all overflows in {path}")
 
 
