@@ -1,0 +1,134 @@
+"""The package's layout keeps its promises: offline rooms import no torch, imports go one way, no cycles."""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import ascend_tune
+
+PACKAGE = Path(ascend_tune.__file__).parent
+ROOT = PACKAGE.parent
+
+
+def _modules(under: Path = PACKAGE) -> dict:
+    """Dotted module name -> source path, for every module of the package outside the fakes."""
+    found = {}
+    for path in sorted(under.rglob("*.py")):
+        rel = path.relative_to(ROOT).with_suffix("")
+        if "fakes" in rel.parts:
+            continue
+        parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+        found[".".join(parts)] = path
+    return found
+
+
+def _imports(name: str, path: Path, known: dict) -> set:
+    """The package modules ``name`` imports anywhere in its body (lazy ones too), except for type checking."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    skip = set()
+    for node in ast.walk(tree):  # `if TYPE_CHECKING:` blocks import nothing at run time
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skip.update(id(n) for child in node.body for n in ast.walk(child))
+    out = set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names]
+        else:
+            continue
+        out.update(t for t in targets if t in known and t != name)
+    return out
+
+
+def test_no_module_of_analysis_imports_torch():
+    names = sorted(n for n in _modules() if n.startswith("ascend_tune.analysis"))
+    assert len(names) > 10
+    code = (
+        "import importlib, sys\n"
+        f"for name in {names!r}:\n"
+        "    importlib.import_module(name)\n"
+        "heavy = sorted(m for m in ('torch', 'matplotlib', 'tensorboard', 'msprobe') if m in sys.modules)\n"
+        "print(','.join(heavy))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "", f"importing ascend_tune.analysis pulled in {done.stdout.strip()}"
+
+
+def _cycles(graph: dict) -> list:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict = {}
+    low: dict = {}
+    stack: list = []
+    on_stack: set = set()
+    found = []
+
+    def connect(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph[node]:
+            if nxt not in index:
+                connect(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for name in sorted(graph):
+        if name not in index:
+            connect(name)
+    return found
+
+
+def test_the_cycle_finder_finds_cycles():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycle_among_the_package_modules():
+    known = _modules()
+    graph = {name: _imports(name, path, known) for name, path in known.items()}
+    cycles = _cycles(graph)
+    assert not cycles, "import cycles: " + "; ".join(" <-> ".join(c) for c in cycles)
+
+
+def test_offline_rooms_never_import_the_cli_or_the_runtime():
+    known = _modules()
+    runtime = ("ascend_tune.monitor", "ascend_tune.capture", "ascend_tune.steps", "ascend_tune.sinks",
+               "ascend_tune.cli", "ascend_tune.profiling", "ascend_tune.precision", "ascend_tune.tuning")
+    wrong = []
+    for name, path in known.items():
+        if not (name.startswith("ascend_tune.analysis") or name.startswith("ascend_tune.formats")):
+            continue
+        for target in _imports(name, path, known):
+            if target.startswith(runtime):
+                wrong.append(f"{name} -> {target}")
+    assert not wrong, wrong
+
+
+def test_no_module_is_past_the_size_a_reader_can_hold():
+    long = {name: n for name, path in _modules().items() if (n := len(path.read_text().splitlines())) > 450}
+    assert not long, f"split these modules: {long}"
