@@ -10,6 +10,8 @@ from torch.utils.data import DataLoader
 
 from .analysis.report.build import build_report
 from .analysis.report.render import write_report
+from .formats import run_dir as run_files
+from .formats.run_dir import RunDir
 from .monitor import TrainingMonitor
 from .testing.models import MobileNetV1, synthetic_images
 
@@ -51,12 +53,14 @@ def run_demo(
                 if step >= steps:
                     break
 
-    names = ("log.txt", "metrics.jsonl", "summary.json", "tuning.json", "profile")
-    written = {name: os.path.join(log_dir, name) for name in names if os.path.exists(os.path.join(log_dir, name))}
-    advice = os.path.join(log_dir, "profile", "rank0", "advice.html")
+    run = RunDir(log_dir)
+    names = (run_files.LOG_TXT, run_files.METRICS_JSONL, run_files.SUMMARY_JSON, run_files.TUNING_JSON,
+             run_files.PROFILE_DIR)
+    written = {name: run.path(name) for name in names if os.path.exists(run.path(name))}
+    advice = run.path(run_files.PROFILE_DIR, run_files.rank_dir_name(0), run_files.ADVICE_HTML)
     if os.path.exists(advice):
-        written["advice.html"] = advice
+        written[run_files.ADVICE_HTML] = advice
     # the demo ends as a user's session would: one page with the curve, the throughput and the advice
     report = build_report(log_dir)
-    written["report.html"], written["report.md"] = write_report(report, os.path.join(log_dir, "report.html"))
+    written["report.html"], written["report.md"] = write_report(report, run.path(run_files.REPORT_HTML))
     return written

@@ -24,8 +24,9 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from ..analysis.report.build import build_report
     from ..analysis.report.render import write_report
     from ..formats.atomic import make_folder, refuse_existing
+    from ..formats.run_dir import REPORT_HTML
 
-    out = args.out or os.path.join(args.run_dir, "report.html")
+    out = args.out or os.path.join(args.run_dir, REPORT_HTML)
     md = os.path.splitext(out)[0] + ".md"
     report = build_report(args.run_dir, baseline=args.baseline, threshold=args.threshold, advise=not args.no_advise)
     refuse_existing([out, md], args.force)

@@ -6,6 +6,7 @@ log_dir/
   rank{R}/metrics.jsonl                       every rank, when there are several
   tuning.json  shapes.csv                     tuning and the dynamic-shape detector
   profile/[rank{R}/]...  advice.html          profiler traces, the advisor's page
+  report.html  report.md                      `ascend-tune report`'s page and its markdown twin
   dump/step{N}/[rank{R}/]  overflow.json      precision dumps (layout in formats.dump_layout)
   tensorboard/events.out.tfevents.*           the TensorBoard sink
   previous-<YYYYmmdd-HHMMSS>[-n]/             what an earlier run left, moved aside, never overwritten
@@ -28,6 +29,7 @@ TUNING_JSON = "tuning.json"
 SHAPES_CSV = "shapes.csv"
 OVERFLOW_JSON = "overflow.json"
 ADVICE_HTML = "advice.html"
+REPORT_HTML = "report.html"
 PROFILE_DIR = "profile"
 DUMP_DIR = "dump"
 TENSORBOARD_DIR = "tensorboard"
