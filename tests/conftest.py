@@ -8,6 +8,7 @@ import re
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
 from ascend_tune.testing.models import TinyMLP, synthetic_classification
@@ -46,3 +47,16 @@ def read_jsonl(path: str) -> list:
 def read_log(log_dir: str) -> list:
     with open(os.path.join(log_dir, "log.txt"), encoding="utf-8") as fh:
         return fh.read().splitlines()
+
+
+def train(model, optimizer, loader, epochs=1):
+    """A plain training loop, as a user writes it; returns the losses it saw."""
+    seen = []
+    for _ in range(epochs):
+        for x, y in loader:
+            loss = F.cross_entropy(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            seen.append(loss.detach().clone())
+    return seen

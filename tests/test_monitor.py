@@ -10,24 +10,11 @@ import sys
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import SEED_LINE, read_jsonl, read_log
+from conftest import SEED_LINE, read_jsonl, read_log, train
 from torch.utils.data import DataLoader, DistributedSampler
 
 from ascend_tune import AscendTuneError, TrainingMonitor
 from ascend_tune.testing.models import TinyMLP, synthetic_classification
-
-
-def train(model, optimizer, loader, epochs=1):
-    """A plain training loop, as a user writes it; returns the losses it saw."""
-    seen = []
-    for _ in range(epochs):
-        for x, y in loader:
-            loss = F.cross_entropy(model(x), y)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            seen.append(loss.detach().clone())
-    return seen
 
 
 def test_one_line_per_optimizer_step_in_the_seed_format(setup, tmp_path):

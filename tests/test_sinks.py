@@ -5,21 +5,11 @@ from __future__ import annotations
 import math
 
 import pytest
-import torch.nn.functional as F
-from conftest import read_jsonl, read_log
+from conftest import read_jsonl, read_log, train
 
 from ascend_tune import AscendTuneError, TrainingMonitor
 
 pytest.importorskip("tensorboard", reason="the tensorboard extra is not installed")
-
-
-def _train(model, optimizer, loader, epochs=2):
-    for _ in range(epochs):
-        for x, y in loader:
-            loss = F.cross_entropy(model(x), y)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
 
 
 def _scalars(folder) -> dict:
@@ -33,7 +23,7 @@ def _scalars(folder) -> dict:
 def test_tensorboard_has_one_loss_scalar_per_log_line(setup, tmp_path):
     model, optimizer, loader = setup
     with TrainingMonitor(model, optimizer, loader, log_dir=tmp_path, log_every=3, quiet=True, tensorboard=True):
-        _train(model, optimizer, loader)  # 16 steps: lines at steps 2, 5, ..., 14 and the last, 15
+        train(model, optimizer, loader)  # 16 steps: lines at steps 2, 5, ..., 14 and the last, 15
     lines = read_log(tmp_path)
     records = [r for r in read_jsonl(tmp_path / "metrics.jsonl") if "event" not in r]
     scalars = _scalars(tmp_path / "tensorboard")
@@ -50,14 +40,14 @@ def test_the_environment_switch_turns_it_on(setup, tmp_path, monkeypatch):
     monkeypatch.setenv("ASCEND_TUNE_TENSORBOARD", "1")
     model, optimizer, loader = setup
     with TrainingMonitor(model, optimizer, loader, log_dir=tmp_path, quiet=True):
-        _train(model, optimizer, loader, epochs=1)
+        train(model, optimizer, loader)
     assert len(_scalars(tmp_path / "tensorboard")["train/loss"]) == 8
 
 
 def test_off_by_default(setup, tmp_path):
     model, optimizer, loader = setup
     with TrainingMonitor(model, optimizer, loader, log_dir=tmp_path, quiet=True):
-        _train(model, optimizer, loader, epochs=1)
+        train(model, optimizer, loader)
     assert not (tmp_path / "tensorboard").exists()
 
 
