@@ -23,7 +23,7 @@ def _scalars(folder) -> dict:
 def test_tensorboard_has_one_loss_scalar_per_log_line(setup, tmp_path):
     model, optimizer, loader = setup
     with TrainingMonitor(model, optimizer, loader, log_dir=tmp_path, log_every=3, quiet=True, tensorboard=True):
-        train(model, optimizer, loader)  # 16 steps: lines at steps 2, 5, ..., 14 and the last, 15
+        train(model, optimizer, loader, epochs=2)  # 16 steps: lines at steps 2, 5, ..., 14 and the last, 15
     lines = read_log(tmp_path)
     records = [r for r in read_jsonl(tmp_path / "metrics.jsonl") if "event" not in r]
     scalars = _scalars(tmp_path / "tensorboard")
