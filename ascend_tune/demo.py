@@ -1,13 +1,16 @@
-"""The instrumented demo: a MobileNetV1-style CNN on synthetic images, SGD + momentum, under TrainingMonitor."""
+"""The instrumented demo: a MobileNetV1-style CNN on synthetic images, SGD + momentum, under TrainingMonitor, run
+twice, a float32 reference and a bfloat16 target, and one alignment page for the pair."""
 
 from __future__ import annotations
 
 import os
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Optional
 
 import torch
 from torch.utils.data import DataLoader
 
+from .analysis.report.alignment import verdict_lines
 from .analysis.report.build import build_report
 from .analysis.report.render import write_report
 from .formats import run_dir as run_files
@@ -19,6 +22,19 @@ from .testing.models import MobileNetV1, synthetic_images
 DEMO_PROFILE = {"skip_first": 5, "wait": 1, "warmup": 1, "active": 2, "repeat": 1, "advise": True}
 
 
+# The precision dump of the first step in both runs: the alignment page compares them op by op.
+DEMO_DUMP = {"task": "statistics", "level": "mix", "steps": [0]}
+
+
+@dataclass(frozen=True)
+class DemoResult:
+    """What the demo wrote (paths by name) and its verdict (loss gap, first diverging op, speed ratio)."""
+
+    written: dict
+    verdict: tuple
+    page: str
+
+
 def run_demo(
     out: str = "exp/demo",
     steps: int = 100,
@@ -26,41 +42,63 @@ def run_demo(
     seed: int = 0,
     quiet: bool = False,
     profile: Any = DEMO_PROFILE,
-) -> dict:
-    """Train for ``steps`` optimizer steps with the two lines added; returns the paths written, by name.
+) -> DemoResult:
+    """The alignment story on one machine: a float32 reference run, then a target run that computes in bfloat16
+    (autocast on the CPU, as a lower-precision device would), both with the two lines added and step 0 dumped;
+    then one alignment page for the pair (``<out>/alignment.html`` and ``.md``).
 
-    ``profile``: the monitor's ``profile=`` option (default: steps 7 and 8 traced and advised on; None / False:
-    no trace). The run ends with its report (``report.html``, ``report.md``), written over an earlier demo's.
+    Parameters:
+        out: the demo's folder: ``reference/`` and ``target/`` run folders and the page.
+        steps: optimizer steps of each run.
+        batch_size, seed: the data; both runs see the same batches from the same initial weights.
+        quiet: no log lines on the console.
+        profile: the target's ``profile=`` option (default: steps 7 and 8 traced and advised on; None / False:
+            no trace).
     """
+    reference = os.path.join(out, "reference")
+    target = os.path.join(out, "target")
+    _train(reference, steps, batch_size, seed, quiet, profile=False, dtype=None)
+    _train(target, steps, batch_size, seed, quiet, profile=profile or False, dtype=torch.bfloat16)
+
+    written = {}
+    for label, log_dir in (("reference", reference), ("target", target)):
+        run = RunDir(log_dir)
+        names = (run_files.LOG_TXT, run_files.METRICS_JSONL, run_files.SUMMARY_JSON, run_files.TUNING_JSON,
+                 run_files.DUMP_DIR, run_files.PROFILE_DIR)
+        written.update({f"{label} {name}": run.path(name) for name in names if os.path.exists(run.path(name))})
+    advice = RunDir(target).path(run_files.PROFILE_DIR, run_files.rank_dir_name(0), run_files.ADVICE_HTML)
+    if os.path.exists(advice):
+        written[f"target {run_files.ADVICE_HTML}"] = advice
+    # the demo ends as a porting session would: one page that says whether the target is as accurate and as fast
+    report = build_report(target, baseline=reference)
+    page = os.path.join(out, "alignment.html")
+    for path in write_report(report, page):
+        written[os.path.basename(path)] = path
+    return DemoResult(written, verdict_lines(report.comparison, report.alignment), page)
+
+
+def _train(log_dir: str, steps: int, batch_size: int, seed: int, quiet: bool, profile: Any,
+           dtype: Optional[torch.dtype]) -> None:
+    """One training run of the demo CNN; ``dtype``: compute the forward in it (CPU autocast), else float32."""
     torch.manual_seed(seed)
     model = MobileNetV1(num_classes=10, width=0.25)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     dataset = synthetic_images(n=max(batch_size * 8, 256), seed=seed)
-    loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, drop_last=True)
+    loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, drop_last=True,
+                        generator=torch.Generator().manual_seed(seed))
     criterion = torch.nn.CrossEntropyLoss()
-    log_dir = os.path.join(out, "train")
 
     # The user's loop, unchanged; only the `with` line is added.
-    with TrainingMonitor(model, optimizer, loader, log_dir=log_dir, quiet=quiet, profile=profile or False):
+    with TrainingMonitor(model, optimizer, loader, log_dir=log_dir, quiet=quiet, profile=profile,
+                         precision=DEMO_DUMP):
         step = 0
         while step < steps:
             for images, labels in loader:
-                loss = criterion(model(images), labels)
+                with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+                    loss = criterion(model(images), labels)
                 optimizer.zero_grad()
                 loss.backward()
                 optimizer.step()
                 step += 1
                 if step >= steps:
                     break
-
-    run = RunDir(log_dir)
-    names = (run_files.LOG_TXT, run_files.METRICS_JSONL, run_files.SUMMARY_JSON, run_files.TUNING_JSON,
-             run_files.PROFILE_DIR)
-    written = {name: run.path(name) for name in names if os.path.exists(run.path(name))}
-    advice = run.path(run_files.PROFILE_DIR, run_files.rank_dir_name(0), run_files.ADVICE_HTML)
-    if os.path.exists(advice):
-        written[run_files.ADVICE_HTML] = advice
-    # the demo ends as a user's session would: one page with the curve, the throughput and the advice
-    report = build_report(log_dir)
-    written["report.html"], written["report.md"] = write_report(report, run.path(run_files.REPORT_HTML))
-    return written

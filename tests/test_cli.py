@@ -16,21 +16,35 @@ import ascend_tune
 from ascend_tune.cli import BROKEN_PIPE_EXIT, main
 
 
-def test_demo_writes_the_three_outputs_in_the_seed_format(tmp_path, capsys):
+def test_demo_trains_a_reference_and_a_target_and_writes_their_alignment_page(tmp_path, capsys):
     assert main(["demo", "--out", str(tmp_path), "--steps", "12"]) == 0
     out = capsys.readouterr().out
-    train = tmp_path / "train"
-    for name in ("log.txt", "metrics.jsonl", "summary.json"):
-        assert (train / name).exists() and str(train / name) in out
-    lines = read_log(train)
-    assert len(lines) == 12 and all(SEED_LINE.search(line) for line in lines)
-    summary = json.loads((train / "summary.json").read_text())
-    assert summary["steps"] == 12 and summary["steady_steps"] == 2
-    # it traces two steps, advises on them, and ends with the run's report
-    assert summary["profile"]["advice"]["html"] == str(train / "profile" / "rank0" / "advice.html")
-    page = (train / "report.html").read_text()
-    assert "data:image/png;base64," in page and "Profiler traces and advice" in page
-    assert str(train / "report.html") in out
+    for run in ("reference", "target"):
+        folder = tmp_path / run
+        for name in ("log.txt", "metrics.jsonl", "summary.json"):
+            assert (folder / name).exists() and str(folder / name) in out
+        lines = read_log(folder)
+        assert len(lines) == 12 and all(SEED_LINE.search(line) for line in lines)
+        summary = json.loads((folder / "summary.json").read_text())
+        assert summary["steps"] == 12 and summary["steady_steps"] == 2
+        assert (folder / "dump" / "step0" / "rank0" / "dump.json").exists()  # step 0 dumped in both runs
+    # the target traces two steps and advises on them
+    summary = json.loads((tmp_path / "target" / "summary.json").read_text())
+    assert summary["profile"]["advice"]["html"] == str(tmp_path / "target" / "profile" / "rank0" / "advice.html")
+    page = (tmp_path / "alignment.html").read_text()
+    assert page.count("data:image/png;base64,") == 3
+    for section in ("Verdict", "Loss against the baseline", "Throughput", "First divergence",
+                    "Profiler traces and advice", "Tuning"):
+        assert f"<h2>{section}" in page
+    # the bfloat16 target parts from the float32 reference at the model's first convolution
+    assert "first diverging op: Functional.conv2d.0.forward" in page
+    assert (tmp_path / "alignment_dump_compare.csv").exists()
+    # it ends with where the page is and the three-line verdict
+    tail = out.strip().splitlines()[-4:]
+    assert tail[0] == f"alignment page: {tmp_path / 'alignment.html'}"
+    assert tail[1].strip().startswith("loss: ") and "threshold 5%" in tail[1]
+    assert tail[2].strip().startswith("first divergence at step 0: Functional.conv2d.0.forward")
+    assert tail[3].strip().startswith("speed: ") and "x the reference" in tail[3]
 
 
 def test_bad_arguments_give_one_line_and_exit_2():

@@ -55,8 +55,10 @@ def test_report_of_a_run_has_its_plot_and_sections(tmp_path, capsys):
     run(tmp_path / "a", 0.1)
     assert main(["report", str(tmp_path / "a")]) == 0
     page = parse(tmp_path / "a" / "report.html")
-    assert len(page.images) == 1 and page.images[0].startswith("data:image/png;base64,")
-    assert base64.b64decode(page.images[0].split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(page.images) == 2  # the loss curve and steps/sec over steps
+    for image in page.images:
+        assert image.startswith("data:image/png;base64,")
+        assert base64.b64decode(image.split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
     text = " ".join(page.text)
     for section in ("Throughput", "Tuning", "Dynamic shapes", "Profiler traces and advice", "Precision dumps"):
         assert section in text
@@ -71,7 +73,7 @@ def test_report_with_a_baseline_shows_the_gap_and_links_the_worst_step(tmp_path)
     out = tmp_path / "out" / "page.html"
     assert main(["report", str(tmp_path / "target"), "--baseline", str(tmp_path / "base"), "-o", str(out)]) == 1
     page = parse(out)
-    assert len(page.images) == 2  # the seed's two plots: curves and gaps
+    assert len(page.images) == 3  # the seed's two plots, curves and gaps, and steps/sec of both runs
     text = " ".join(page.text)
     assert "NOT aligned: mean relative gap" in text
     worst = [link for link in page.links if link.startswith("#step-")]

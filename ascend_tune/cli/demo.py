@@ -9,7 +9,8 @@ from .args import add_out, int_at_least
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
     """Add ``demo`` and ``device`` to the ``ascend-tune`` subcommands."""
-    demo = subparsers.add_parser("demo", help="train a small CNN on synthetic images under TrainingMonitor")
+    demo = subparsers.add_parser("demo", help="train a small CNN twice (float32 reference, bfloat16 target) under "
+                                 "TrainingMonitor and write their alignment page")
     add_out(demo, "output folder (default: exp/demo)", default="exp/demo")
     demo.add_argument("--steps", type=int_at_least(1), default=100, help="optimizer steps (default: 100)")
     demo.set_defaults(run=_cmd_demo)
@@ -21,10 +22,13 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from ..demo import run_demo
 
-    written = run_demo(out=args.out, steps=args.steps)
+    result = run_demo(out=args.out, steps=args.steps)
     print("ascend-tune demo wrote:")
-    for name, path in written.items():
-        print(f"  {name:<14} {path}")
+    for name, path in result.written.items():
+        print(f"  {name:<24} {path}")
+    print(f"alignment page: {result.page}")
+    for line in result.verdict:
+        print(f"  {line}")
     return 0
 
 

@@ -22,16 +22,15 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
 
 def _cmd_report(args: argparse.Namespace) -> int:
     from ..analysis.report.build import build_report
-    from ..analysis.report.render import write_report
+    from ..analysis.report.render import report_files, write_report
     from ..formats.atomic import make_folder, refuse_existing
     from ..formats.run_dir import REPORT_HTML
 
     out = args.out or os.path.join(args.run_dir, REPORT_HTML)
-    md = os.path.splitext(out)[0] + ".md"
     report = build_report(args.run_dir, baseline=args.baseline, threshold=args.threshold, advise=not args.no_advise)
-    refuse_existing([out, md], args.force)
+    refuse_existing(report_files(report, out), args.force)
     make_folder(os.path.dirname(os.path.abspath(out)))
-    html_path, md_path = write_report(report, out)
-    print(f"report: {html_path}\n        {md_path}")
+    written = write_report(report, out)
+    print("report: " + "\n        ".join(written))
     failed = (report.comparison is not None and not report.comparison.aligned) or bool(report.overflows)
     return 1 if failed else 0

@@ -232,6 +232,8 @@ class Dump:
 
 
 def _is_user_file(head: str) -> bool:
+    if head.startswith("File <") or head.startswith("<"):  # <frozen runpy>, <string>: the interpreter's, not the user's
+        return False
     return any(part in head for part in _USER_PARTS) or not any(part in head for part in _LIBRARY_PARTS)
 
 

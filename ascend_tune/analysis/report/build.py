@@ -1,7 +1,9 @@
 """The run report's model: one run folder's facts gathered into a frozen :class:`RunReport`.
 
 The loss curve (against a baseline when given), throughput, tuning decisions, dynamic shapes, the advisor's
-findings on the run's traces and the precision dumps' overflow verdicts, each linked by step number.
+findings on the run's traces and the precision dumps' overflow verdicts, each linked by step number. With a
+baseline (the reference run) the report is the alignment page: :mod:`.alignment` adds the reference's throughput,
+the speed ratio and the compare of one step both runs dumped.
 :mod:`.render` turns the report into markdown and HTML and writes them; :mod:`.plots` draws its figures.
 """
 
@@ -19,6 +21,7 @@ from ..logs.compare import LossComparison, compare_loss
 from ..logs.read import LossLog, read_log
 from ..logs.throughput import RunThroughput, run_throughput, steps_warmup
 from ..traces.find import find_traces
+from .alignment import Alignment, align
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,7 @@ class RunReport:
     dump_steps: tuple  # step numbers with a precision dump
     overflows: tuple  # analysis.dumps.overflow.Overflow, ranked (the first is where the inf/nan started)
     notes: tuple = field(default=())
+    alignment: Optional[Alignment] = None  # the reference's side, with a baseline
 
     @property
     def linked_steps(self) -> set:
@@ -73,7 +77,11 @@ def build_report(run: str, baseline: Optional[str] = None, threshold: float = 0.
         notes.append(f"all {log.lines} log lines fall in the {rates.warmup.steps}-step warm-up; "
                      "throughput is over all of them")
         rates = run_throughput(log, steps_warmup(log, 0))
-    comparison = compare_loss(read_log(baseline), log, threshold=threshold) if baseline else None
+    comparison = alignment = None
+    if baseline:
+        base_log = read_log(baseline)
+        comparison = compare_loss(base_log, log, threshold=threshold)
+        alignment = align(run, baseline, base_log, rates)
     traces = _traces(os.path.join(run, "profile"))
     advice = None
     if advise and traces:
@@ -89,6 +97,7 @@ def build_report(run: str, baseline: Optional[str] = None, threshold: float = 0.
         run=run, log=log, summary=summary, throughput=rates, comparison=comparison,
         tuning=_json_file(os.path.join(run, TUNING_JSON)), shapes=_shapes(os.path.join(run, SHAPES_CSV)),
         traces=tuple(traces), advice=advice, dump_steps=dump_steps, overflows=overflows, notes=tuple(notes),
+        alignment=alignment,
     )
 
 

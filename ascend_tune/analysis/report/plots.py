@@ -90,8 +90,34 @@ def loss_curve_png(log: LossLog) -> bytes:
     return _png(fig, Canvas)
 
 
+def steps_per_sec_png(runs: list) -> bytes:
+    """Steps/sec per log line over the steps of each run, its warm-up shaded and its median dashed.
+
+    ``runs``: ``(label, LossLog, RunThroughput)`` tuples, drawn in that order.
+    """
+    Figure, Canvas = _matplotlib()
+    fig = Figure(figsize=(9, 4.5), dpi=100)
+    ax = fig.add_subplot()
+    for i, (label, log, rates) in enumerate(runs):
+        colour = f"C{i}"
+        ax.plot(log.steps, log.steps_per_sec, linewidth=1, color=colour, marker="." if log.lines < 60 else None,
+                label=label)
+        if rates.steps_per_sec is not None:
+            ax.axhline(rates.steps_per_sec.median, color=colour, linestyle="--", linewidth=1,
+                       label=f"{label} median {rates.steps_per_sec.median:.2f}")
+        if rates.warmup is not None and rates.warmup.steps and log.lines:
+            ax.axvspan(rates.warmup.start_step, rates.warmup.end - 1, color=colour, alpha=0.08)
+    ax.set_xlabel("step")
+    ax.set_ylabel("steps/sec")
+    ax.set_title("Steps/sec per log line (warm-up shaded, medians dashed)")
+    ax.legend(fontsize="small")
+    ax.grid(alpha=0.3)
+    return _png(fig, Canvas)
+
+
 def report_images(report: RunReport) -> dict:
-    """The report's plots as PNG bytes by caption: the loss curve, or with a baseline the seed's two plots.
+    """The report's plots as PNG bytes by caption: the loss curve, or with a baseline the seed's two plots, then
+    steps/sec over steps (of both runs with a baseline).
 
     Empty without matplotlib (the page is then text only).
     """
@@ -99,9 +125,16 @@ def report_images(report: RunReport) -> dict:
         import matplotlib  # noqa: F401
     except ImportError:
         return {}
+    runs = [("this run", report.log, report.throughput)]
     if report.comparison is not None:
-        return loss_comparison_pngs(report.comparison)
-    return {"loss curve": loss_curve_png(report.log)}
+        images = {"loss curves": None, "loss gap": None}
+        images["loss curves"], images["loss gap"] = loss_comparison_pngs(report.comparison).values()
+        if report.alignment is not None:
+            runs.insert(0, ("reference", report.alignment.log, report.alignment.throughput))
+    else:
+        images = {"loss curve": loss_curve_png(report.log)}
+    images["steps/sec"] = steps_per_sec_png(runs)
+    return images
 
 
 def _matplotlib() -> tuple:

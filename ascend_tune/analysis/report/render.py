@@ -1,7 +1,9 @@
 """The run report as text: markdown for terminals and code review, one self-contained HTML page, and writing both.
 
-Sections are built once (:func:`_sections`, rows that may hold ``{step:N}`` markers) and rendered twice: as plain
-``step N`` in markdown, as links to the HTML page's step table. Plots come from :mod:`.plots` as PNG bytes, inlined.
+Sections are built once (:func:`_sections`: rows that may hold ``{step:N}`` markers, an optional table, and one line
+saying what to do next) and rendered twice: as plain ``step N`` in markdown, as links to the HTML page's step table.
+Plots come from :mod:`.plots` as PNG bytes, inlined; the page needs no network and no file beside it, except the
+dump compare's CSV it links to (written beside it).
 """
 
 from __future__ import annotations
@@ -9,56 +11,99 @@ from __future__ import annotations
 import base64
 import html
 import os
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 import numpy as np
 
 from ...formats.atomic import write_atomic
 from ..logs.compare import LossComparison
 from ..logs.throughput import RunThroughput
+from .alignment import DumpPair, frame_text, verdict_lines
 from .build import RunReport
 from .plots import report_images
 
 MAX_STEP_ROWS = 2000  # an HTML step table longer than this keeps every k-th line and the linked steps
+DUMP_CSV_SUFFIX = "_dump_compare.csv"  # the dump compare's table, beside the page: report_dump_compare.csv
 
 
-def render_markdown(report: RunReport) -> str:
-    """The report as markdown (for terminals and code review)."""
-    lines = [f"# Run report: {report.run}", ""]
-    for title, rows in _sections(report):
-        lines += [f"## {title}", ""]
-        lines += [f"- {_plain(text)}" for text in rows] or ["- nothing recorded"]
+class Section(NamedTuple):
+    """One section of the page: its rows, an optional table (header, rows), and what to do next."""
+
+    title: str
+    rows: list
+    next: str = ""
+    table: Optional[tuple] = None
+    figures: tuple = ()  # captions of the report's images shown in this section
+
+
+def render_markdown(report: RunReport, dump_csv: Optional[str] = None) -> str:
+    """The report as markdown (for terminals and code review); ``dump_csv``: the dump compare's CSV, beside it."""
+    lines = [f"# {_title(report)}", ""]
+    for sec in _sections(report, dump_csv):
+        lines += [f"## {sec.title}", ""]
+        lines += [f"- {_plain(text)}" for text in sec.rows] or ["- nothing recorded"]
+        if sec.table is not None:
+            header, rows = sec.table
+            lines += ["", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+            lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+        if sec.next:
+            lines += ["", f"**Next:** {_plain(sec.next)}"]
         lines.append("")
     return "\n".join(lines)
 
 
-def render_html(report: RunReport, images: dict) -> str:
-    """The report as one self-contained HTML page; ``images`` maps a caption to PNG bytes."""
+def render_html(report: RunReport, images: dict, dump_csv: Optional[str] = None) -> str:
+    """The report as one self-contained HTML page; ``images`` maps a caption to PNG bytes; ``dump_csv``: the dump
+    compare's CSV (a file name beside the page) to link to."""
     parts = [
         "<!DOCTYPE html><html><head><meta charset='utf-8'>",
-        f"<title>ascend_tune report: {html.escape(report.run)}</title>",
+        f"<title>ascend_tune: {html.escape(_title(report))}</title>",
         "<style>body{font-family:sans-serif;max-width:1000px;margin:2em auto;padding:0 1em}"
         "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}"
-        "code{background:#f4f4f4}.warn{color:#b00}</style></head><body>",
-        f"<h1>Run report: {html.escape(report.run)}</h1>",
+        "code{background:#f4f4f4}.next{background:#eef5ee;padding:4px 8px}"
+        "figure{margin:1em 0}img{max-width:100%}</style></head><body>",
+        f"<h1>{html.escape(_title(report))}</h1>",
     ]
-    for caption, png in images.items():
-        data = base64.b64encode(png).decode("ascii")
-        parts.append(f"<figure><img alt='{html.escape(caption)}' src='data:image/png;base64,{data}'>"
-                     f"<figcaption>{html.escape(caption)}</figcaption></figure>")
-    for title, rows in _sections(report):
-        parts.append(f"<h2>{html.escape(title)}</h2><ul>")
-        parts += [f"<li>{_linked(text)}</li>" for text in rows] or ["<li>nothing recorded</li>"]
+    sections = _sections(report, dump_csv)
+    placed = {caption for sec in sections for caption in sec.figures}
+    parts += [_figure(caption, png) for caption, png in images.items() if caption not in placed]
+    for sec in sections:
+        parts.append(f"<h2>{html.escape(sec.title)}</h2>")
+        parts += [_figure(caption, images[caption]) for caption in sec.figures if caption in images]
+        parts.append("<ul>")
+        parts += [f"<li>{_linked(text)}</li>" for text in sec.rows] or ["<li>nothing recorded</li>"]
         parts.append("</ul>")
+        if sec.table is not None:
+            header, rows = sec.table
+            parts.append("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>")
+            parts += ["<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows]
+            parts.append("</table>")
+        if sec.next:
+            parts.append(f"<p class='next'><b>Next:</b> {_linked(sec.next)}</p>")
     parts.append(_step_table(report))
     parts.append("</body></html>")
     return "\n".join(parts)
 
 
-def _sections(report: RunReport) -> list:
-    """(title, rows) of each section; a row may hold ``{step:N}`` markers that become links to the step table."""
+def _figure(caption: str, png: bytes) -> str:
+    data = base64.b64encode(png).decode("ascii")
+    return (f"<figure><img alt='{html.escape(caption)}' src='data:image/png;base64,{data}'>"
+            f"<figcaption>{html.escape(caption)}</figcaption></figure>")
+
+
+def _title(report: RunReport) -> str:
+    if report.alignment is not None:
+        return f"Alignment: {report.run} against {report.alignment.baseline}"
+    return f"Run report: {report.run}"
+
+
+def _sections(report: RunReport, dump_csv: Optional[str] = None) -> list:
+    """The page's :class:`Section` objects; a row may hold ``{step:N}`` markers that become links to the table."""
     s = report.summary or {}
     out = []
+    if report.alignment is not None:
+        out.append(Section("Verdict", list(verdict_lines(report.comparison, report.alignment)),
+                           _verdict_next(report)))
     device = s.get("device") or {}
     head = [f"{report.log.lines} log lines, steps {_span(report.log.steps)}, read from {report.log.source}"]
     if device:
@@ -69,15 +114,96 @@ def _sections(report: RunReport) -> list:
         head.append(f"{s['skipped_steps']} step(s) skipped by GradScaler (inf/nan gradients)")
     if s.get("interrupted_by"):
         head.append(f"the training block ended with {s['interrupted_by']}")
-    out.append(("Run", head + list(report.notes)))
-    out.append(("Throughput", _throughput_rows(report.throughput, s)))
+    out.append(Section("Run", head + list(report.notes), figures=("loss curve",)))
     if report.comparison is not None:
-        out.append(("Loss against the baseline", _comparison_rows(report.comparison)))
-    out.append(("Tuning", _tuning_rows(report.tuning)))
-    out.append(("Dynamic shapes", _shape_rows(report.shapes)))
-    out.append(("Profiler traces and advice", _advice_rows(report)))
-    out.append(("Precision dumps", _dump_rows(report)))
+        c = report.comparison
+        out.append(Section("Loss against the baseline", _comparison_rows(c),
+                           "the loss curves agree; go on to speed" if c.aligned else
+                           "find where the runs part: dump one step in both runs "
+                           "(precision=dict(task='statistics', steps=[0])) and read the first divergence",
+                           figures=("loss curves", "loss gap")))
+    out.append(_throughput_section(report, s))
+    if report.alignment is not None:
+        out.append(_divergence_section(report.alignment.dumps, dump_csv))
+    out.append(Section("Profiler traces and advice", _advice_rows(report), _advice_next(report)))
+    out.append(Section("Tuning", _tuning_rows(report.tuning),
+                       "" if report.tuning else "leave tune on (the default) to record what it would change"))
+    out.append(Section("Dynamic shapes", _shape_rows(report.shapes),
+                       "pad the listed ops' inputs to fixed lengths or buckets" if report.shapes else
+                       "" if report.shapes is not None else "shapes=True lists ops whose shapes change per step"))
+    out.append(Section("Precision dumps", _dump_rows(report),
+                       "look at the first op that made the inf/nan, at its line" if report.overflows else ""))
     return out
+
+
+def _verdict_next(report: RunReport) -> str:
+    c, a = report.comparison, report.alignment
+    first = a.dumps.comparison.first if a.dumps is not None and a.dumps.comparison is not None else None
+    if c is not None and not c.aligned:
+        if first is not None:
+            return f"the loss is off: start at {first.op}, the first op the dumps disagree on"
+        return "the loss is off: dump one step in both runs to find the first op that differs"
+    if a.speed_ratio is not None and a.speed_ratio < 1:
+        return "the loss agrees and this run is slower: profile it (profile=True) and apply the advisor's findings"
+    return "the two runs agree and this one is as fast: nothing to fix"
+
+
+def _throughput_section(report: RunReport, summary: dict) -> Section:
+    rows = _throughput_rows(report.throughput, summary)
+    table = None
+    a = report.alignment
+    if a is not None:
+        header = ("run", "log lines", "warm-up lines", "median", "mean", "p10", "p90")
+        table = (header, [_rate_row("reference", a.throughput), _rate_row("this run", report.throughput)])
+        if a.speed_ratio is not None:
+            rows.insert(0, f"this run is {a.speed_ratio:.2f}x the reference's median steps/sec")
+    slow = a is not None and a.speed_ratio is not None and a.speed_ratio < 1
+    hint = "profile this run (profile=True) to see where its steps go" if slow and not report.traces else ""
+    return Section("Throughput", rows, hint or ("read the advisor's findings below" if slow else ""), table,
+                   figures=("steps/sec",))
+
+
+def _rate_row(label: str, rates: RunThroughput) -> tuple:
+    s = rates.steps_per_sec
+    cells = (f"{s.median:.3f}", f"{s.mean:.3f}", f"{s.p10:.3f}", f"{s.p90:.3f}") if s else ("n/a",) * 4
+    return (label, rates.lines, rates.excluded) + cells
+
+
+def _divergence_section(dumps: Optional[DumpPair], dump_csv: Optional[str]) -> Section:
+    title = "First divergence (precision dumps)"
+    if dumps is None:
+        return Section(title, ["neither run has precision dumps"],
+                       "dump the same step in both runs: precision=dict(task='statistics', steps=[0])")
+    if dumps.comparison is None:
+        return Section(title, [dumps.note], "dump the same step in both runs")
+    result = dumps.comparison
+    rows = [f"step {dumps.step}, rank {dumps.rank}: reference {dumps.base_path}, this run {dumps.target_path}",
+            f"{len(result.rows)} rows: {result.count('pass')} pass, {result.count('warning')} warning, "
+            f"{result.count('error')} error; {result.only_target} op(s) only in this run, "
+            f"{result.only_base} only in the reference"]
+    if dump_csv:
+        rows.append(f"every row: {{file:{dump_csv}}}")
+    first = result.first
+    if first is None:
+        return Section(title, rows + ["no op diverges beyond its dtype's tolerance"],
+                       "the dumped step agrees op by op; if the loss still parts, dump a later step")
+    rows.append(f"first diverging op: {first.op} ({first.kind}): {first.reason}")
+    if first.parent:
+        rows.append(f"inside {first.parent}")
+    rows += [f"called at {frame_text(frame)}" for frame in first.stack[:5]] or ["no user frames in the dump"]
+    if first.next_op:
+        rows.append(f"the next op, whose inputs already differ: {first.next_op}")
+    return Section(title, rows, f"read {first.op} at its first user frame; for tensor-level metrics dump that step "
+                                "with task='tensor' in both runs and run ascend-tune compare-dump")
+
+
+def _advice_next(report: RunReport) -> str:
+    if not report.traces:
+        return "profile=True traces a few steps and runs the advisor on them"
+    worth = [f for f in report.advice.findings if f.severity != "info"] if report.advice is not None else []
+    if worth:
+        return f"apply the fix of the first finding ({worth[0].title}) and measure again"
+    return ""
 
 
 def _throughput_rows(rates: RunThroughput, summary: dict) -> list:
@@ -168,19 +294,22 @@ def _span(steps: np.ndarray) -> str:
 
 
 def _plain(text: str) -> str:
-    return _replace_steps(text, lambda n: f"step {n}")
+    text = _replace_markers(text, "{file:", lambda name: name)
+    return _replace_markers(text, "{step:", lambda n: f"step {n}")
 
 
 def _linked(text: str) -> str:
-    return _replace_steps(html.escape(text), lambda n: f"<a href='#step-{n}'>step {n}</a>")
+    text = _replace_markers(html.escape(text), "{file:", lambda name: f"<a href='{name}'>{name}</a>")
+    return _replace_markers(text, "{step:", lambda n: f"<a href='#step-{n}'>step {n}</a>")
 
 
-def _replace_steps(text: str, render: Any) -> str:
+def _replace_markers(text: str, marker: str, render: Any) -> str:
+    """``{step:N}`` -> a step, ``{file:NAME}`` -> a file beside the page, each as ``render`` writes it."""
     out, rest = [], text
-    while "{step:" in rest:
-        before, _, after = rest.partition("{step:")
-        number, _, rest = after.partition("}")
-        out += [before, render(number)]
+    while marker in rest:
+        before, _, after = rest.partition(marker)
+        value, _, rest = after.partition("}")
+        out += [before, render(value)]
     return "".join(out) + rest
 
 
@@ -206,10 +335,24 @@ def _step_table(report: RunReport) -> str:
     return "\n".join(rows)
 
 
+def report_files(report: RunReport, out_html: str) -> tuple:
+    """The paths :func:`write_report` writes for ``report``: the page, its markdown twin (``.md``) and, with a dump
+    compare, its CSV (``<name>_dump_compare.csv``)."""
+    stem = os.path.splitext(out_html)[0]
+    dumps = report.alignment.dumps if report.alignment is not None else None
+    with_csv = dumps is not None and dumps.comparison is not None
+    return (out_html, stem + ".md") + ((stem + DUMP_CSV_SUFFIX,) if with_csv else ())
+
+
 def write_report(report: RunReport, out_html: str) -> tuple:
-    """Write ``out_html`` and the markdown beside it (same name, ``.md``); returns both paths."""
-    page = render_html(report, report_images(report))
-    md_path = os.path.splitext(out_html)[0] + ".md"
-    write_atomic(out_html, page.encode("utf-8"))
-    write_atomic(md_path, render_markdown(report).encode("utf-8"))
-    return out_html, md_path
+    """Write the report's files (:func:`report_files`: page, markdown, dump CSV); returns their paths."""
+    paths = report_files(report, out_html)
+    csv_name = None
+    if len(paths) > 2:
+        from ..dumps.table import compare_csv
+
+        write_atomic(paths[2], compare_csv(report.alignment.dumps.comparison))  # type: ignore[union-attr]
+        csv_name = os.path.basename(paths[2])
+    write_atomic(paths[0], render_html(report, report_images(report), csv_name).encode("utf-8"))
+    write_atomic(paths[1], render_markdown(report, csv_name).encode("utf-8"))
+    return paths
