@@ -1,7 +1,7 @@
 """pytest plugin (entry point ``pytest11``): fixtures, markers and an option for downstream test suites.
 
 - ``training_monitor``: a factory of TrainingMonitor objects logging to the test's tmp folder;
-- ``loss_log``: parse a run's log.txt / metrics.jsonl / folder into arrays (``LossLog``);
+- ``loss_log``: parse a run's log (any format ``compare-loss`` reads) or folder into arrays (``LossLog``);
 - ``fake_npu``: the fake torch_npu on ``sys.path`` with device detection reset, undone after the test;
 - ``assert_loss_aligned``: the loss-curve check (also importable from ``ascend_tune.testing``);
 - markers ``npu`` / ``cuda``: skip the test when that device is absent;
@@ -80,10 +80,12 @@ def training_monitor(tmp_path: Any) -> Callable[..., Any]:
 
 @pytest.fixture
 def loss_log() -> Callable[[Any], Any]:
-    """``loss_log(path)`` → a LossLog (steps, losses, steps/sec as arrays) of a log.txt, metrics.jsonl or folder."""
+    """``loss_log(path, **how)`` → a LossLog (steps, losses, steps/sec as arrays) of a log.txt, metrics.jsonl,
+    trainer_state.json, Lightning metrics.csv, TensorBoard events or a folder; ``how``: read_log's ``format``,
+    ``loss_key``, ``tag``."""
     from ascend_tune.analysis.logs.read import read_log
 
-    return lambda path: read_log(os.fspath(path))
+    return lambda path, **how: read_log(os.fspath(path), **how)
 
 
 @pytest.fixture

@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ascend_tune.analysis.logs import scan as log_scan
-from ascend_tune.analysis.logs.read import find_runs, read_log, resolve_log
+from ascend_tune.analysis.logs.detect import find_runs, locate
+from ascend_tune.analysis.logs.read import read_log
 from ascend_tune.errors import InputError
 
 
@@ -131,9 +132,9 @@ def test_metrics_jsonl_skips_events_counts_broken_lines_and_keeps_step_losses(tm
 def test_metrics_jsonl_beside_log_txt_is_preferred_unless_the_seed_input_is_asked_for(tmp_path):
     (tmp_path / "log.txt").write_text(seed_line(0, 0.0007, 1.0) + "\n")
     (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 0, "loss": 0.00071, "steps_per_sec": 1.0}) + "\n")
-    assert resolve_log(str(tmp_path / "log.txt")).endswith("metrics.jsonl")
-    assert resolve_log(str(tmp_path)).endswith("metrics.jsonl")
-    assert resolve_log(str(tmp_path), prefer="text").endswith("log.txt")
+    assert locate(str(tmp_path / "log.txt")).path.endswith("metrics.jsonl")
+    assert locate(str(tmp_path)).path.endswith("metrics.jsonl")
+    assert locate(str(tmp_path), prefer="text").path.endswith("log.txt")
     assert read_log(str(tmp_path)).losses[0] == 0.00071
     assert read_log(str(tmp_path / "log.txt"), prefer="text").losses[0] == 0.0007
 

@@ -13,7 +13,8 @@ from torch.utils.data import DataLoader
 
 from ascend_tune import TrainingMonitor
 from ascend_tune.analysis.logs.compare import compare_loss
-from ascend_tune.analysis.logs.read import LossLog, read_log
+from ascend_tune.analysis.logs.model import LossLog
+from ascend_tune.analysis.logs.read import read_log
 from ascend_tune.cli import main
 from ascend_tune.errors import InputError
 from ascend_tune.testing.models import TinyMLP, synthetic_classification

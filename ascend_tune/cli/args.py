@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 from typing import Callable, Optional
 
+from ..errors import ConfigError
+
 FORCE_HELP = "replace output files that already exist (default: refuse)"
 
 
@@ -70,3 +72,40 @@ def add_selectors(parser: argparse.ArgumentParser) -> None:
     """Add ``--step`` / ``--rank``: which dump to use when a location holds several."""
     parser.add_argument("--step", type=count, help="the step to use when the dump holds several")
     parser.add_argument("--rank", type=count, help="the rank to use when the dump holds several")
+
+
+LOG_FORMATS = ("auto", "text", "jsonl", "hf", "lightning", "tensorboard")  # analysis.logs.detect.FORMATS + auto
+
+
+def add_log_reading(parser: argparse.ArgumentParser, inputs: str, several: bool = True) -> None:
+    """Add ``--format``, ``--loss-key`` and ``--tag``: how the training logs named ``inputs`` are read.
+
+    With ``several`` inputs each is given once for all, or once per input in their order (``--format hf
+    --format auto``).
+    """
+    each = f"; once for every {inputs}, or once per {inputs} in order" if several else f" (of {inputs})"
+    parser.add_argument("--format", action="append", choices=LOG_FORMATS, metavar="FORMAT",
+                        help="read the log as this format instead of recognising it: " + ", ".join(LOG_FORMATS)
+                             + each)
+    parser.add_argument("--loss-key", action="append", metavar="KEY",
+                        help="the trainer_state.json key or metrics.csv column that is the training loss "
+                             "(default: the guess, printed)" + each)
+    parser.add_argument("--tag", action="append", metavar="TAG",
+                        help="the TensorBoard scalar tag that is the training loss (default: the guess, printed)"
+                             + each)
+
+
+def log_reading(args: argparse.Namespace, count: int) -> list:
+    """``count`` dicts of ``format``, ``loss_key``, ``tag`` for :func:`ascend_tune.analysis.logs.read.read_log`,
+    one per input, from :func:`add_log_reading`'s options; a one-line error when an option is given a number of
+    times that is neither 1 nor ``count``."""
+    out: list = [{} for _ in range(count)]
+    for option, name in (("--format", "format"), ("--loss-key", "loss_key"), ("--tag", "tag")):
+        given = getattr(args, name) or []
+        if len(given) not in (0, 1, count):
+            raise ConfigError(f"{option} was given {len(given)} times for {count} input(s); give it once for all "
+                              "or once per input")
+        for i in range(count):
+            value = given[0] if len(given) == 1 else (given[i] if given else None)
+            out[i][name] = None if value == "auto" else value
+    return out

@@ -1,4 +1,5 @@
-"""``ascend-tune compare-loss`` and ``ascend-tune perf``: verdicts over training logs (log.txt, metrics.jsonl).
+"""``ascend-tune compare-loss`` and ``ascend-tune perf``: verdicts over training logs of any recognised format
+(log.txt, metrics.jsonl, trainer_state.json, Lightning's metrics.csv, TensorBoard events).
 
 Each is thin: read the inputs, call one analysis function, print its result. Exit 0 = pass, 1 = the check failed.
 numpy and matplotlib load inside the handlers, so ``ascend-tune --help`` stays fast.
@@ -9,27 +10,32 @@ from __future__ import annotations
 import argparse
 import os
 
-from .args import add_force, add_json, add_threshold, count
+from .args import add_force, add_json, add_log_reading, add_threshold, count, log_reading
+
+LOG_FORMS = ("a log.txt, metrics.jsonl, trainer_state.json, Lightning metrics.csv or TensorBoard event file, or a "
+             "run folder holding one")
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
     """Add ``compare-loss`` and ``perf`` to the ``ascend-tune`` subcommands."""
     p = subparsers.add_parser("compare-loss", help="compare two runs' loss curves (gap numbers, verdict, plots)")
-    p.add_argument("base", help="reference run: a log.txt, a metrics.jsonl or a run folder")
+    p.add_argument("base", help=f"reference run: {LOG_FORMS}")
     p.add_argument("target", help="run to check, same forms")
     add_threshold(p)
     p.add_argument("--align", choices=("step", "index"), default="step",
-                   help="pair losses by step number (default) or line by line as the seed script did")
+                   help="pair losses by optimizer step (default) or line by line as the seed script did")
+    add_log_reading(p, "input (BASE, then TARGET)")
     p.add_argument("--plot", metavar="DIR", help="write compare_loss_curves.png and loss_gap_curves.png into DIR")
     add_json(p, "the numbers")
     add_force(p)
     p.set_defaults(run=_compare_loss)
 
     p = subparsers.add_parser("perf", help="steps/sec statistics of runs and their speed-up over the first")
-    p.add_argument("runs", nargs="+", metavar="RUN", help="a log file, a run folder or a folder of run folders")
+    p.add_argument("runs", nargs="+", metavar="RUN", help=f"{LOG_FORMS}, or a folder of run folders")
     p.add_argument("--exclude-first", type=count, default=None, metavar="N",
                    help="optimizer steps left out at the start of each run as warm-up (default: the warmup_steps "
                         "of the summary.json beside the log, else 10)")
+    add_log_reading(p, "RUN")
     add_json(p, "the statistics")
     p.set_defaults(run=_perf)
 
@@ -38,33 +44,38 @@ def _compare_loss(args: argparse.Namespace) -> int:
     from ..analysis.logs import compare, read
     from ..analysis.report import plots
     from ..formats.atomic import refuse_existing
-    from .verdict_text import json_text, loss_lines, print_lines
+    from .verdict_text import json_text, loss_lines, print_lines, read_record
 
     written: tuple = ()
     if args.plot:
         refuse_existing([os.path.join(args.plot, n) for n in (plots.LOSS_CURVES, plots.LOSS_GAPS)], args.force)
     prefer = "text" if args.align == "index" else "jsonl"
-    base, target = read.read_log(args.base, prefer), read.read_log(args.target, prefer)
+    how = log_reading(args, 2)
+    base, target = (read.read_log(path, prefer, **h) for path, h in zip((args.base, args.target), how))
     result = compare.compare_loss(base, target, args.threshold, args.align)
     if args.plot:
         written = plots.plot_loss_comparison(result, args.plot)
     if args.json:
-        print(json_text(dict(result.as_dict(), plots=list(written))))
+        print(json_text(dict(result.as_dict(), plots=list(written), read=[read_record(base), read_record(target)])))
     else:
-        print_lines(loss_lines(result, written))
+        print_lines(loss_lines(result, written, (base, target)))
     return 0 if result.aligned else 1
 
 
 def _perf(args: argparse.Namespace) -> int:
-    from ..analysis.logs import read, throughput
-    from .verdict_text import json_text, print_lines, rank_lines, throughput_lines
+    from ..analysis.logs import detect, read, throughput
+    from .verdict_text import json_text, print_lines, rank_lines, read_line, read_record, throughput_lines
 
-    paths = [run for given in args.runs for run in read.find_runs(given)]
-    report = throughput.throughput([read.read_log(p) for p in paths], args.exclude_first)
+    how = log_reading(args, len(args.runs))
+    found = [(run, h) for given, h in zip(args.runs, how) for run in detect.find_runs(given)]
+    logs = [read.read_log(p, **h) for p, h in found]
+    paths = [p for p, _ in found]
+    report = throughput.throughput(logs, args.exclude_first)
     ranks = {p: throughput.rank_throughput(p, args.exclude_first) for p in paths}
     if args.json:
         out = report.as_dict()
-        for run, path in zip(out["runs"], paths):
+        for run, path, log in zip(out["runs"], paths, logs):
+            run["read"] = read_record(log)
             run["ranks"] = [
                 {"rank": r.rank, "median_steps_per_sec": r.steps_per_sec.median if r.steps_per_sec else None,
                  "relative": r.relative, "slow": r.slow}
@@ -72,7 +83,8 @@ def _perf(args: argparse.Namespace) -> int:
             ]
         print(json_text(out))
     else:
-        lines = throughput_lines(report)
+        lines = [read_line(log) for log in logs if log.kind not in ("text", "jsonl")]
+        lines += throughput_lines(report)
         for path, table in ranks.items():
             if table:
                 lines += rank_lines(path, table)

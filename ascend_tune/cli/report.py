@@ -5,14 +5,16 @@ from __future__ import annotations
 import argparse
 import os
 
-from .args import add_force, add_out, add_threshold
+from .args import add_force, add_log_reading, add_out, add_threshold, log_reading
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``report`` subcommand."""
     cmd = subparsers.add_parser("report", help="one self-contained HTML page (and markdown) for a run folder")
     cmd.add_argument("run_dir", metavar="RUN", help="the run folder (TrainingMonitor's log_dir)")
-    cmd.add_argument("--baseline", help="a reference run (folder or log) to compare the loss curve against")
+    cmd.add_argument("--baseline", help="a reference run to compare the loss curve against: a run folder or log "
+                                        "of any format compare-loss reads (an HF trainer_state.json, ...)")
+    add_log_reading(cmd, "the baseline", several=False)
     add_out(cmd, "the HTML file to write (default: RUN/report.html)", metavar="FILE", also=("--output",))
     add_threshold(cmd)
     cmd.add_argument("--no-advise", action="store_true", help="do not run the trace advisor on the run's traces")
@@ -27,7 +29,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from ..formats.run_dir import REPORT_HTML
 
     out = args.out or os.path.join(args.run_dir, REPORT_HTML)
-    report = build_report(args.run_dir, baseline=args.baseline, threshold=args.threshold, advise=not args.no_advise)
+    report = build_report(args.run_dir, baseline=args.baseline, threshold=args.threshold, advise=not args.no_advise,
+                          baseline_reading=log_reading(args, 1)[0])
     refuse_existing(report_files(report, out), args.force)
     make_folder(os.path.dirname(os.path.abspath(out)))
     written = write_report(report, out)

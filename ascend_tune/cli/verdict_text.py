@@ -9,6 +9,7 @@ from typing import Any, Optional
 from ..analysis.dumps.compare import DumpComparison
 from ..analysis.dumps.overflow import OverflowReport
 from ..analysis.logs.compare import LossComparison
+from ..analysis.logs.model import LossLog
 from ..analysis.logs.rates import RateStats
 from ..analysis.logs.throughput import SLOW_RANK, ThroughputReport
 
@@ -23,14 +24,43 @@ def json_text(payload: dict) -> str:
     return json.dumps(_finite(payload), indent=2, default=str)
 
 
-def loss_lines(result: LossComparison, plots: tuple = ()) -> list:
-    """The compare-loss verdict: the gap numbers, ALIGNED or NOT ALIGNED, the plots written."""
-    unit = "one loss per optimizer step" if result.unit == "step" else "one loss per log line"
-    how = "by step number" if result.align == "step" else "line by line (the seed script's method)"
+def read_line(log: LossLog, label: str = "") -> str:
+    """What was read of one log: its format and, where the format has a choice, the loss key and whether it was
+    guessed (with the option that picks another)."""
+    text = f"  {label + ' ' if label else ''}read as {log.kind_name}: {log.source}"
+    key = log.loss_key
+    if key is not None:
+        how = f"guessed; {key.option} picks another" if key.guessed else f"given by {key.option}"
+        others = f" of: {', '.join(key.others[:8])}" + (", ..." if len(key.others) > 8 else "") if key.others else ""
+        text += f"; loss {key.name!r} ({how}{others if key.guessed else ''})"
+    return text
+
+
+def read_record(log: LossLog) -> dict:
+    """:func:`read_line`'s facts for ``--json``."""
+    key = log.loss_key
+    return {"source": log.source, "format": log.kind, "step_origin": log.step_origin,
+            "loss_key": key.name if key else None, "loss_key_guessed": key.guessed if key else None,
+            "validation_skipped": log.validation, "non_step_skipped": log.events}
+
+
+_UNITS = {"step": "one loss per optimizer step", "log line": "one loss per log line",
+          "log window": "one loss per log window (the per-step losses of the other run averaged over it)"}
+
+
+def loss_lines(result: LossComparison, plots: tuple = (), logs: tuple = ()) -> list:
+    """The compare-loss verdict: what was read (``logs``: the base and target LossLog), how steps were paired,
+    the gap numbers, ALIGNED or NOT ALIGNED, the plots written."""
+    how = "by optimizer step" if result.align == "step" else "line by line (the seed script's method)"
     lines = [
         f"compare-loss: base {result.base}",
         f"              target {result.target}",
-        f"  aligned {how}, {unit}",
+    ]
+    lines += [read_line(log, label) for log, label in zip(logs, ("base", "target"))
+              if log.kind not in ("text", "jsonl")]
+    lines += [
+        f"  aligned {how}, {_UNITS.get(result.unit, result.unit)}",
+        f"  steps               {result.pairing}",
         f"  compared            {result.compared}  (only in base {result.only_base}, only in target "
         f"{result.only_target}, excluded {result.excluded})",
         f"  mean absolute gap   {_g(result.mean_abs_gap)}",

@@ -6,7 +6,8 @@ import os
 from typing import Union
 
 from ..analysis.logs.compare import LossComparison, compare_loss
-from ..analysis.logs.read import LossLog, read_log
+from ..analysis.logs.model import LossLog
+from ..analysis.logs.read import read_log
 
 LogLike = Union[str, "os.PathLike[str]", LossLog]
 
@@ -15,7 +16,8 @@ def assert_loss_aligned(base: LogLike, target: LogLike, threshold: float = 0.05)
     """Fail unless the target run's loss curve is within ``threshold`` mean relative gap of the base run's.
 
     Parameters:
-        base: the reference run (a log.txt, a metrics.jsonl, a run folder, or a LossLog).
+        base: the reference run (any log or run folder ``compare-loss`` reads, e.g. a Hugging Face
+            trainer_state.json, or a LossLog).
         target: the run checked against it.
         threshold: the largest mean relative gap that counts as aligned (0.05 = 5%).
     Returns the comparison, so a test can assert more on it.

@@ -6,8 +6,20 @@ the runs are *aligned* when the mean relative gap is below the threshold (the se
 target has no inf/NaN loss where the base is finite. A step whose base loss is zero or not finite cannot carry a
 relative gap: it is excluded from all gap numbers and counted, never divided by.
 
-``align="step"`` pairs losses by step number (a resumed or shorter run still lines up); ``align="index"`` is the
+``align="step"`` pairs losses by optimizer step (a resumed or shorter run still lines up); ``align="index"`` is the
 seed script's method: the i-th line of one log against the i-th of the other, cut to the shorter log.
+
+Optimizer steps are numbered as each framework numbers them: from 0 in ascend_tune, Lightning and TensorBoard
+writers, from 1 in the Hugging Face Trainer (its ``global_step`` after the step). The logs are put on one counting
+first: the one that counts from 1 is shifted down by one, so its step N is the other's step N-1, and the steps shown
+count from 0; the comparison says how it paired them (``pairing``). What is paired:
+
+- both logs hold each optimizer step's loss (metrics.jsonl's ``step_losses``, a record per step, Lightning's step
+  values): step against step (unit ``step``);
+- one does and the other holds log windows (a line's loss is the mean of the steps since its previous line: log.txt,
+  a Trainer's ``loss`` with ``logging_steps`` > 1): the per-step losses are averaged over each window of the other,
+  over windows whose every step is there (unit ``log window``);
+- neither does: line against line by their last step (unit ``log line``).
 """
 
 from __future__ import annotations
@@ -18,7 +30,7 @@ from typing import Optional
 import numpy as np
 
 from ...errors import InputError
-from .read import LossLog
+from .model import LossLog
 
 
 @dataclass(frozen=True, eq=False)
@@ -48,6 +60,7 @@ class LossComparison:
     final_gap: float
     final_rel_gap: float
     notes: tuple
+    pairing: str = ""  # how the two logs' step numbers were put side by side
 
     @property
     def aligned(self) -> bool:
@@ -75,25 +88,26 @@ def compare_loss(base: LossLog, target: LossLog, threshold: float = 0.05, align:
     if not threshold > 0:
         raise InputError(f"the threshold must be a positive fraction such as 0.05, got {threshold!r}")
     notes = base.notes() + target.notes()
+    pairing = _pairing(base, target) if align == "step" else "the i-th line of each log"
     if align == "index":
         unit = "log line"
         n = min(base.lines, target.lines)
         x, a, b = base.steps[:n], base.losses[:n], target.losses[:n]
         only_base, only_target = base.lines - n, target.lines - n
     else:
-        per_step = base.step_numbers is not None and target.step_numbers is not None
-        unit = "step" if per_step else "log line"
-        (bs, bl), (ts, tl) = (_series(log, per_step) for log in (base, target))
+        unit, (bs, bl), (ts, tl) = _curves(base, target)
         x, bi, ti = np.intersect1d(bs, ts, assume_unique=True, return_indices=True)
         a, b = bl[bi], tl[ti]
         only_base, only_target = bs.size - x.size, ts.size - x.size
         if not x.size:
             raise InputError(
                 f"{base.source} and {target.source} have no step in common (base steps {_span(bs)}, target steps "
-                f"{_span(ts)}); compare line by line with --align index"
+                f"{_span(ts)}, {pairing}); compare line by line with --align index"
             )
-        if base.kind != target.kind and not per_step:
+        if {base.kind, target.kind} == {"text", "jsonl"} and unit != "step":
             notes.append("one log is log.txt (losses rounded to 4 decimals), the other metrics.jsonl")
+        elif "text" in (base.kind, target.kind) and base.kind != target.kind:
+            notes.append("one log is log.txt: its losses are rounded to 4 decimals")
     usable = np.isfinite(a) & (a != 0)
     target_bad = usable & ~np.isfinite(b)
     keep = usable & np.isfinite(b)
@@ -117,16 +131,68 @@ def compare_loss(base: LossLog, target: LossLog, threshold: float = 0.05, align:
         only_target=int(only_target), excluded=int((~usable).sum()), target_nonfinite=int(target_bad.sum()),
         mean_abs_gap=stats[0], mean_rel_gap=stats[1], max_rel_gap=stats[2], max_rel_gap_step=stats[3],
         final_step=last[0], final_base=last[1], final_target=last[2], final_gap=last[3], final_rel_gap=last[4],
-        notes=tuple(notes),
+        notes=tuple(notes), pairing=pairing,
     )
 
 
-def _series(log: LossLog, per_step: bool) -> tuple:
-    """(steps, losses) with one entry per step number, the last one when a step repeats (a restarted run)."""
+def _origin(base: LossLog, target: LossLog) -> int:
+    """The counting both logs are put on: from 0 unless both count from the same number."""
+    return base.step_origin if base.step_origin == target.step_origin else 0
+
+
+def _pairing(base: LossLog, target: LossLog) -> str:
+    """How step numbers of ``base`` and ``target`` were paired, in words."""
+    if base.step_origin == target.step_origin:
+        return f"both count optimizer steps from {base.step_origin}: equal step numbers paired"
+    names = {"base": base, "target": target}
+    shifted = "base" if base.step_origin else "target"
+    other = "target" if shifted == "base" else "base"
+    by = names[shifted].step_origin - names[other].step_origin
+    return (f"{shifted} ({names[shifted].writer}) counts optimizer steps from {names[shifted].step_origin}, "
+            f"{other} ({names[other].writer}) from {names[other].step_origin}: {shifted} step N paired with {other} "
+            f"step N-{by}; steps shown counted from {names[other].step_origin}")
+
+
+def _curves(base: LossLog, target: LossLog) -> tuple:
+    """``(unit, (base steps, losses), (target steps, losses))`` on one step counting (see the module docstring)."""
+    origin = _origin(base, target)
+    b_per, t_per = base.step_numbers is not None, target.step_numbers is not None
+    if b_per and t_per:
+        return "step", _series(base, True, origin), _series(target, True, origin)
+    if b_per != t_per:
+        per, windows = (base, target) if b_per else (target, base)
+        averaged = _window_means(_series(per, True, origin), windows, origin)
+        ours = _series(windows, False, origin)
+        return "log window", (averaged if b_per else ours), (ours if b_per else averaged)
+    return "log line", _series(base, False, origin), _series(target, False, origin)
+
+
+def _series(log: LossLog, per_step: bool, origin: int = 0) -> tuple:
+    """(steps, losses) with one entry per step number, the last one when a step repeats (a restarted run); the
+    steps shifted from the log's counting to ``origin``'s."""
     steps, losses = (log.step_numbers, log.step_losses) if per_step else (log.steps, log.losses)
     reversed_steps = steps[::-1]
     unique, first_from_end = np.unique(reversed_steps, return_index=True)
-    return unique, losses[::-1][first_from_end]
+    return unique - (log.step_origin - origin), losses[::-1][first_from_end]
+
+
+def _window_means(per_step: tuple, windows: LossLog, origin: int) -> tuple:
+    """``per_step`` losses averaged over each log window of ``windows`` whose every step they hold: (last steps,
+    means). A window of one step keeps its loss as it is."""
+    steps, losses = per_step
+    shift = windows.step_origin - origin
+    last = windows.steps - shift
+    first = np.minimum(windows.first_steps - shift, last)
+    lo, hi = np.searchsorted(steps, first, "left"), np.searchsorted(steps, last, "right")
+    whole = (hi - lo) == (last - first + 1)
+    if not whole.any():
+        return last[:0], losses[:0]
+    lo, hi, last = lo[whole], hi[whole], last[whole]
+    padded = np.append(losses, 0.0)  # reduceat needs every index in range; a window ending at the end uses it
+    sums = np.add.reduceat(padded, np.ravel(np.column_stack([lo, hi])))[::2]
+    means = sums / (hi - lo)
+    unique, at = np.unique(last[::-1], return_index=True)
+    return unique, means[::-1][at]
 
 
 def _span(steps: np.ndarray) -> str:

@@ -22,6 +22,10 @@ Zero rates are kept: a window is only ever measured as zero when log.txt rounded
 leaving those out would make a slow run look faster than it ran (the writers record an unknown rate as NaN, never
 as 0). NaN (unknown) and inf (a window of no measurable time) are left out: they are no measurement. Negative
 rates cannot be measured and are left out too. numpy only.
+
+A log that records no rate but the wall time of each line (TensorBoard events, a ``time`` column) gets its windows'
+rates from consecutive lines: r_i = (step_i - step_{i-1}) / (t_i - t_{i-1}). The first line has no earlier time and
+so no rate, and neither has a line whose step does not follow the previous one (a restart) or whose time does not.
 """
 
 from __future__ import annotations
@@ -71,6 +75,26 @@ def window_first_steps(last_steps: object, recorded: Optional[object] = None) ->
         known = np.asarray(recorded, dtype=np.float64)
         first = np.where(np.isfinite(known), np.nan_to_num(known), first).astype(np.int64)
     return first
+
+
+def rates_from_wall_times(steps: object, wall_times: object) -> tuple:
+    """``(steps_per_sec, seconds)`` of each line's window from the lines' steps and wall times (NaN where a
+    window has no measurable start; see the module docstring).
+
+    Parameters:
+        steps: each line's step (the last step of its window), in file order.
+        wall_times: each line's wall-clock time in seconds (NaN where unknown).
+    """
+    s = np.asarray(steps, dtype=np.float64)
+    t = np.asarray(wall_times, dtype=np.float64)
+    rates = np.full(s.size, np.nan)
+    seconds = np.full(s.size, np.nan)
+    if s.size > 1:
+        ds, dt = np.diff(s), np.diff(t)
+        ok = (ds > 0) & (dt > 0) & np.isfinite(dt)
+        seconds[1:] = np.where(ok, dt, np.nan)
+        rates[1:] = np.where(ok, ds / np.where(ok, dt, 1.0), np.nan)
+    return rates, seconds
 
 
 @dataclass(frozen=True)

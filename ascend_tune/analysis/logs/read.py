@@ -1,4 +1,6 @@
-"""Training logs as arrays: the seed's ``log.txt`` lines and ascend_tune's ``metrics.jsonl`` records.
+"""Training logs as arrays: :func:`read_log` reads any log :mod:`.detect` recognises into a
+:class:`~.model.LossLog` (the frameworks' formats through :mod:`.hf`, :mod:`.lightning`, :mod:`.tensorboard`);
+this module reads ascend_tune's own, the seed's ``log.txt`` lines and ``metrics.jsonl`` records.
 
 ``log.txt`` lines are found by :mod:`.scan` with numpy over the whole buffer (no per-line Python loop), so a
 million-line log reads in a fraction of a second. The line may carry a timestamp or not, ANSI colour codes, and sit
@@ -16,79 +18,51 @@ import json
 import mmap
 import os
 import re
-from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
 
 from ...errors import InputError
 from ...formats.log_line import ANSI, LINE, LOOKS_LIKE
-from ...formats.run_dir import LOG_TXT, METRICS_JSONL, SUMMARY_JSON
+from ...formats.run_dir import SUMMARY_JSON
 from . import scan
-from .rates import WarmUp, window_first_steps
+from .detect import locate
+from .hf import read_trainer_state
+from .lightning import read_metrics_csv
+from .model import LossLog
+from .rates import WarmUp
+from .tensorboard import read_events
 
 _FIRST_CHAR = re.compile(rb"\S")
 _MAP_FROM = 1 << 20  # files from 1 MiB are memory-mapped rather than copied
 _EXAMPLES = 3
 
 
-@dataclass(frozen=True, eq=False)
-class LossLog:
-    """One run's log as arrays, one entry per log line (``log.txt``) or record (``metrics.jsonl``).
-
-    ``steps`` is the step number of each line (the last step of its log window), ``losses`` the line's loss (the
-    window mean), ``steps_per_sec`` / ``samples_per_sec`` its rates (NaN where unknown). ``step_numbers`` /
-    ``step_losses`` hold one entry per optimizer step when the JSONL has ``step_losses`` (else None).
-    ``recorded_first_steps`` is each record's ``first_step`` (NaN where missing; None for log.txt), ``warmup`` the
-    run's warm-up from the ``summary.json`` beside the log (None without one).
-    """
-
-    source: str
-    kind: str  # "text" or "jsonl"
-    steps: np.ndarray
-    losses: np.ndarray
-    steps_per_sec: np.ndarray
-    samples_per_sec: np.ndarray
-    step_numbers: Optional[np.ndarray]
-    step_losses: Optional[np.ndarray]
-    malformed: int
-    malformed_examples: tuple
-    events: int
-    recorded_first_steps: Optional[np.ndarray] = None
-    warmup: Optional[WarmUp] = None
-    read_notes: tuple = ()
-
-    @property
-    def lines(self) -> int:
-        return int(self.steps.size)
-
-    @property
-    def first_steps(self) -> np.ndarray:
-        """The first step of each line's window (see :func:`.rates.window_first_steps`)."""
-        return window_first_steps(self.steps, self.recorded_first_steps)
-
-    def notes(self) -> list:
-        """What a reader should know about this log: malformed lines (the first few shown), an unreadable summary."""
-        out = list(self.read_notes)
-        if self.malformed:
-            shown = "; ".join(self.malformed_examples)
-            out.insert(0, f"{self.source}: {self.malformed} malformed line(s) skipped ({shown})")
-        return out
-
-
-def read_log(path: str, prefer: str = "jsonl") -> LossLog:
-    """Read a run's log: a ``log.txt``, a ``metrics.jsonl`` or a run folder holding either.
+def read_log(path: str, prefer: str = "jsonl", format: Optional[str] = None, loss_key: Optional[str] = None,
+             tag: Optional[str] = None) -> LossLog:
+    """Read a run's log: a file or a run folder of any format :mod:`.detect` recognises.
 
     Parameters:
         path: the file or folder.
         prefer: ``"jsonl"`` reads ``metrics.jsonl`` when it sits beside (or instead of) ``log.txt``; ``"text"``
             reads ``log.txt`` when there is one (the seed script's input, rounded to 4 decimals).
-    The log's ``warmup`` comes from the ``summary.json`` beside the file read, when there is one.
+        format: force one of :data:`.detect.FORMATS` (None: recognise it).
+        loss_key: the key (trainer_state.json) or column (metrics.csv) read as the loss; None: the guess.
+        tag: the TensorBoard scalar tag read as the loss; None: the guess.
+    An ascend_tune log's ``warmup`` comes from the ``summary.json`` beside the file read, when there is one.
     """
-    resolved = resolve_log(path, prefer)
-    log = read_log_file(resolved)
-    warmup, notes = summary_warmup(os.path.dirname(resolved) or ".")
-    return dataclasses.replace(log, warmup=warmup, read_notes=log.read_notes + notes)
+    found = locate(path, prefer, format)
+    if found.kind == "hf":
+        log = read_trainer_state(found.path, loss_key)
+    elif found.kind == "lightning":
+        log = read_metrics_csv(found.path, loss_key)
+    elif found.kind == "tensorboard":
+        log = read_events(found.path, tag)
+    else:
+        log = read_log_file(found.path)
+        warmup, notes = summary_warmup(os.path.dirname(found.path) or ".")
+        log = dataclasses.replace(log, warmup=warmup, read_notes=log.read_notes + notes)
+    return dataclasses.replace(log, read_notes=found.notes + log.read_notes) if found.notes else log
 
 
 def summary_warmup(folder: str) -> tuple:
@@ -109,27 +83,6 @@ def summary_warmup(folder: str) -> tuple:
     if not (_is_number(start) and _is_number(steps)):
         return None, (f"{path} has no start_step / warmup_steps numbers; warm-up from --exclude-first",)
     return WarmUp(int(start), int(steps)), ()
-
-
-def resolve_log(path: str, prefer: str = "jsonl") -> str:
-    """The file :func:`read_log` reads for ``path`` (see there)."""
-    if prefer not in ("jsonl", "text"):
-        raise ValueError(f"prefer must be 'jsonl' or 'text', got {prefer!r}")
-    if not os.path.exists(path):
-        raise InputError(f"{path} does not exist; pass a log.txt, a metrics.jsonl or a run folder")
-    if os.path.isdir(path):
-        found = {n: os.path.join(path, n) for n in (LOG_TXT, METRICS_JSONL) if os.path.isfile(os.path.join(path, n))}
-        if not found:
-            raise InputError(
-                f"{path} holds no {LOG_TXT} or {METRICS_JSONL}; "
-                "pass a run folder (TrainingMonitor's log_dir) or a log file"
-            )
-        first, second = (METRICS_JSONL, LOG_TXT) if prefer == "jsonl" else (LOG_TXT, METRICS_JSONL)
-        return found.get(first) or found[second]
-    beside = os.path.join(os.path.dirname(path), METRICS_JSONL)
-    if prefer == "jsonl" and os.path.basename(path) == LOG_TXT and os.path.isfile(beside):
-        return beside
-    return path
 
 
 def read_log_file(path: str) -> LossLog:
@@ -252,20 +205,3 @@ def _is_number(value: object, allow_none: bool = False) -> bool:
 
 def _float(value: object) -> float:
     return float(value) if _is_number(value) else float("nan")
-
-
-def find_runs(path: str) -> list:
-    """The run logs under ``path``: the path itself when it is a log file or a run folder, else its ``*/`` run
-    folders (the seed walked ``runs/*/log.txt``), sorted by name."""
-    if not os.path.exists(path):
-        raise InputError(f"{path} does not exist; pass a log file, a run folder or a folder of run folders")
-    if os.path.isfile(path) or any(os.path.isfile(os.path.join(path, n)) for n in (LOG_TXT, METRICS_JSONL)):
-        return [path]
-    runs = sorted(
-        os.path.join(path, name)
-        for name in os.listdir(path)
-        if any(os.path.isfile(os.path.join(path, name, n)) for n in (LOG_TXT, METRICS_JSONL))
-    )
-    if not runs:
-        raise InputError(f"{path} holds no {LOG_TXT} or {METRICS_JSONL}, nor run folders that do")
-    return runs

@@ -5,6 +5,11 @@ Per run, over its log lines past the warm-up (compilation, cache fills, the firs
 and of samples/sec when metrics.jsonl records it. The warm-up is counted in optimizer steps: the run's own
 (``start_step`` + ``warmup_steps`` from the ``summary.json`` beside its log) when it has one, else ``exclude_first``
 steps from the log's first step. Speed-up is each run's median steps/sec over the first run's.
+
+Where a format records no rate, the rates come from what it has: the lines' wall times (TensorBoard events, a
+``time`` column; see :func:`.rates.rates_from_wall_times`), else a rate of the whole run only (a Hugging Face
+Trainer's ``train_steps_per_second``, warm-up included: one number, so median = mean = p10 = p90). A run with
+neither says what it lacks.
 """
 
 from __future__ import annotations
@@ -18,8 +23,9 @@ import numpy as np
 
 from ...errors import InputError
 from ...formats.run_dir import METRICS_JSONL, rank_of_dir
-from .rates import RateStats, WarmUp
-from .read import LossLog, read_log_file, summary_warmup
+from .model import LossLog
+from .rates import RateStats, WarmUp, rates_from_wall_times
+from .read import read_log_file, summary_warmup
 
 
 @dataclass(frozen=True)
@@ -35,6 +41,8 @@ class RunThroughput:
     notes: tuple
     warmup: Optional[WarmUp] = None
     warmup_from: str = "exclude_first"  # or "summary.json"
+    rates_from: str = "log"  # "log" (recorded rates), "wall times", "whole run" or "none"
+    lacks: Optional[str] = None  # what the log would need for steps/sec, when it has no timing at all
 
 
 @dataclass(frozen=True)
@@ -60,7 +68,7 @@ class ThroughputReport:
                     "warmup": None if r.warmup is None else {
                         "start_step": r.warmup.start_step, "steps": r.warmup.steps, "from": r.warmup_from},
                     "steps_per_sec": stats(r.steps_per_sec), "samples_per_sec": stats(r.samples_per_sec),
-                    "speedup": r.speedup, "notes": list(r.notes),
+                    "speedup": r.speedup, "rates_from": r.rates_from, "notes": list(r.notes),
                 }
                 for r in self.runs
             ],
@@ -81,19 +89,57 @@ def run_throughput(log: LossLog, warmup: WarmUp, source: str = "exclude_first") 
         warmup: the steps left out (see :mod:`.rates`).
         source: where the warm-up comes from, ``"summary.json"`` or ``"exclude_first"`` (for the notes).
     """
+    rates, rates_from = log.steps_per_sec, "log"
+    if not np.isfinite(rates).any() and log.wall_times is not None and np.isfinite(log.wall_times).any():
+        rates, rates_from = rates_from_wall_times(log.steps, log.wall_times)[0], "wall times"
     steady = warmup.steady(log.first_steps)
-    steps = RateStats.of(log.steps_per_sec[steady])
+    steps = RateStats.of(rates[steady])
     samples = RateStats.of(log.samples_per_sec[steady])
     excluded = int(log.lines - steady.sum())
     notes = list(log.notes())
+    lacks = None
     if source == "summary.json":
         notes.append(f"warm-up from summary.json: steps before {warmup.end} (start_step {warmup.start_step} + "
                      f"warmup_steps {warmup.steps}), {excluded} log line(s) left out")
-    if steps is None:
+    if rates_from == "wall times":
+        notes.append(f"{log.source}: steps/sec from the wall times of consecutive records (the log records no "
+                     "rate)")
+    if steps is None and not np.isfinite(rates).any() and log.run_rate is not None:
+        steps, samples = _whole(log.run_rate.steps_per_sec), _whole(log.run_rate.samples_per_sec)
+        if steps is not None:
+            rates_from, excluded = "whole run", 0
+            notes.append(f"{log.source} records only the whole run's rate (train_steps_per_second over "
+                         f"train_runtime {log.run_rate.seconds} s, warm-up included): one number, not a median")
+    if steps is None and not np.isfinite(rates).any():
+        rates_from, lacks = "none", _lacks(log)
+        notes.append(lacks)
+    elif steps is None:
         fix = "run longer or lower warmup_steps" if source == "summary.json" else "lower --exclude-first"
         notes.append(f"no steps/sec left after excluding {excluded} of {log.lines} line(s) (steps before "
                      f"{warmup.end}); {fix}")
-    return RunThroughput(log.source, log.lines, excluded, steps, samples, None, tuple(notes), warmup, source)
+    return RunThroughput(log.source, log.lines, excluded, steps, samples, None, tuple(notes), warmup, source,
+                         rates_from, lacks)
+
+
+def _whole(rate: Optional[float]) -> Optional[RateStats]:
+    """A whole-run rate as statistics of one window."""
+    if rate is None or not np.isfinite(rate) or rate < 0:
+        return None
+    return RateStats(rate, rate, rate, rate, 1, rate)
+
+
+def _lacks(log: LossLog) -> str:
+    """What ``log`` would need for steps/sec, in a sentence that says where to get it."""
+    if log.kind == "lightning":
+        return (f"{log.source} records no steps/sec and no wall time (Lightning's CSVLogger writes neither); add "
+                "Lightning's ThroughputMonitor callback (it logs train/time) or run under TrainingMonitor")
+    if log.kind == "hf":
+        return (f"{log.source} records no wall time and no train_runtime record (the Trainer adds it after train(), "
+                "in the output_dir/trainer_state.json trainer.save_state() writes); pass that file or run under "
+                "TrainingMonitor")
+    if log.kind == "tensorboard":
+        return f"{log.source} has a single {log.loss_key.name if log.loss_key else 'loss'} point: no window to time"
+    return f"{log.source} records no steps/sec"
 
 
 DEFAULT_WARMUP_STEPS = 10  # the monitor's own default warmup_steps
@@ -123,6 +169,9 @@ def throughput(logs: list, exclude_first: Optional[int] = None) -> ThroughputRep
         for r in runs
     ]
     if all(r.steps_per_sec is None for r in runs):
+        lacking = [r.lacks for r in runs if r.lacks]
+        if len(lacking) == len(runs):
+            raise InputError(lacking[0] if len(runs) == 1 else f"no run records steps/sec or wall times ({lacking[0]})")
         raise InputError(
             f"no run has steps/sec past its warm-up ({fallback} step(s) unless its summary.json says); "
             "lower --exclude-first or run longer"

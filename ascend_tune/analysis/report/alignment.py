@@ -18,7 +18,7 @@ from typing import Any, Optional
 from ...errors import InputError
 from ...formats.run_dir import DUMP_DIR
 from ..logs.compare import LossComparison
-from ..logs.read import LossLog
+from ..logs.model import LossLog
 from ..logs.throughput import RunThroughput, run_throughput, steps_warmup
 
 

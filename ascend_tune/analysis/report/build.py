@@ -18,7 +18,8 @@ from typing import Any, Optional
 from ...errors import InputError
 from ...formats.run_dir import SHAPES_CSV, SUMMARY_JSON, TUNING_JSON
 from ..logs.compare import LossComparison, compare_loss
-from ..logs.read import LossLog, read_log
+from ..logs.model import LossLog
+from ..logs.read import read_log
 from ..logs.throughput import RunThroughput, run_throughput, steps_warmup
 from ..traces.find import find_traces
 from .alignment import Alignment, align
@@ -54,14 +55,17 @@ class RunReport:
         return steps
 
 
-def build_report(run: str, baseline: Optional[str] = None, threshold: float = 0.05, advise: bool = True) -> RunReport:
+def build_report(run: str, baseline: Optional[str] = None, threshold: float = 0.05, advise: bool = True,
+                 baseline_reading: Optional[dict] = None) -> RunReport:
     """Gather a run folder's outputs into a :class:`RunReport`.
 
     Parameters:
         run: the run's ``log_dir`` (holding log.txt / metrics.jsonl, and whatever else the monitor wrote).
-        baseline: a reference run (folder or log file) to compare the loss curve against.
+        baseline: a reference run to compare the loss curve against: a folder or log file of any format
+            :func:`~..logs.read.read_log` reads (a Hugging Face trainer_state.json, a Lightning metrics.csv, ...).
         threshold: the mean relative loss gap that counts as aligned.
         advise: run the trace advisor on the run's profiler traces.
+        baseline_reading: how to read the baseline: ``format``, ``loss_key``, ``tag`` for ``read_log``.
     """
     if not os.path.isdir(run):
         raise InputError(f"{run} is not a folder; pass a run folder (TrainingMonitor's log_dir)")
@@ -79,9 +83,13 @@ def build_report(run: str, baseline: Optional[str] = None, threshold: float = 0.
         rates = run_throughput(log, steps_warmup(log, 0))
     comparison = alignment = None
     if baseline:
-        base_log = read_log(baseline)
-        comparison = compare_loss(base_log, log, threshold=threshold)
-        alignment = align(run, baseline, base_log, rates)
+        reference = read_log(baseline, **(baseline_reading or {}))
+        comparison = compare_loss(reference, log, threshold=threshold)
+        alignment = align(run, baseline, reference, rates)
+        if reference.loss_key is not None:
+            key = reference.loss_key
+            notes.append(f"baseline read as {reference.kind_name}, loss {key.name!r} "
+                         f"({'guessed; --loss-key / --tag picks another' if key.guessed else 'as given'})")
     traces = _traces(os.path.join(run, "profile"))
     advice = None
     if advise and traces:

@@ -14,7 +14,7 @@ import numpy as np
 from ...errors import ConfigError
 from ...formats.atomic import make_folder, write_atomic
 from ..logs.compare import LossComparison
-from ..logs.read import LossLog
+from ..logs.model import LossLog
 
 if TYPE_CHECKING:
     from .build import RunReport

@@ -231,6 +231,7 @@ def _comparison_rows(c: LossComparison) -> list:
     if c.final_step is not None:
         rows.append(f"final {{step:{c.final_step}}}: baseline {c.final_base:.4f}, this run {c.final_target:.4f}")
     rows.append(f"baseline: {c.base}")
+    rows.append(f"steps: {c.pairing}")
     return rows + list(c.notes)
 
 

@@ -1,0 +1,201 @@
+"""The one place that recognises a training log: a file by what it holds, a run folder by the files in it.
+
+Formats (``--format`` names): ``text`` (the seed's ``log.txt``), ``jsonl`` (ascend_tune's ``metrics.jsonl``), ``hf``
+(a Hugging Face ``trainer_state.json``), ``lightning`` (a Lightning ``CSVLogger`` ``metrics.csv``), ``tensorboard``
+(``events.out.tfevents.*`` files).
+
+A file is told by its content, whatever its name: a TFRecord header whose checksum holds (or ``tfevents`` in the
+name, TensorBoard's own rule) is TensorBoard; a JSON document whose first line is a lone ``{`` is a trainer state
+(``metrics.jsonl`` has one object a line); a first line of comma-separated names, ``step`` among them or in a
+``.csv`` file, is a logger's CSV unless a seed line ``(step=`` follows; anything else is ascend_tune's JSONL when
+it starts with ``{``, else seed-format text.
+
+A folder is read from the first of these it holds: ``metrics.jsonl`` / ``log.txt`` (the jsonl unless the seed's
+text is asked for), ``trainer_state.json``, ``metrics.csv``, event files; else, one level down, the layouts the
+frameworks write: the newest ``checkpoint-N/trainer_state.json`` of a Trainer's ``output_dir``, the newest
+``version_N/metrics.csv`` of a CSVLogger's folder or of its one ``name/`` subfolder (``lightning_logs/``), the
+event files of a run folder's ``tensorboard/`` or the newest of a Trainer's ``runs/*/``. What was chosen, and what
+else was there, is said in the notes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+from ...errors import InputError
+from ...formats.run_dir import LOG_TXT, METRICS_JSONL, TENSORBOARD_DIR
+from .hf import TRAINER_STATE
+from .lightning import LIGHTNING_CSV
+from .tensorboard import EVENTS_MARK, event_files, is_event_record
+
+FORMATS = ("text", "jsonl", "hf", "lightning", "tensorboard")
+_HEAD = 64 * 1024
+_NUMBERED = re.compile(r"^(checkpoint-|version_)(\d+)$")
+_WHAT = {
+    "text": LOG_TXT, "jsonl": METRICS_JSONL, "hf": TRAINER_STATE, "lightning": LIGHTNING_CSV,
+    "tensorboard": "TensorBoard event file (events.out.tfevents.*)",
+}
+
+
+@dataclass(frozen=True)
+class Located:
+    """What :func:`locate` found: the file (or, for TensorBoard, the folder of event files) and its format."""
+
+    path: str
+    kind: str
+    notes: tuple = ()
+
+
+def check_format(format: Optional[str]) -> Optional[str]:
+    """``format`` when it is one of :data:`FORMATS` (None and ``auto`` mean "recognise"), else an InputError."""
+    if format in (None, "auto"):
+        return None
+    if format not in FORMATS:
+        raise InputError(f"unknown log format {format!r}; use one of: auto, {', '.join(FORMATS)}")
+    return format
+
+
+def locate(path: str, prefer: str = "jsonl", format: Optional[str] = None) -> Located:
+    """The log :func:`~.read.read_log` reads for ``path`` (a file or a run folder) and its format.
+
+    Parameters:
+        path: the file or folder.
+        prefer: ``"jsonl"`` reads ``metrics.jsonl`` when it sits beside (or instead of) ``log.txt``; ``"text"``
+            reads ``log.txt`` when there is one (the seed script's input, rounded to 4 decimals).
+        format: force one of :data:`FORMATS` (None: recognise it).
+    """
+    if prefer not in ("jsonl", "text"):
+        raise ValueError(f"prefer must be 'jsonl' or 'text', got {prefer!r}")
+    format = check_format(format)
+    if not os.path.exists(path):
+        raise InputError(f"{path} does not exist; pass a log file or a run folder")
+    if os.path.isdir(path):
+        return _in_folder(path, prefer, format)
+    if format is not None:
+        return Located(path, format)
+    beside = os.path.join(os.path.dirname(path), METRICS_JSONL)
+    if prefer == "jsonl" and os.path.basename(path) == LOG_TXT and os.path.isfile(beside):
+        return Located(beside, "jsonl")
+    return Located(path, file_kind(path))
+
+
+def file_kind(path: str) -> str:
+    """The format of one file, told by what it holds (see the module docstring)."""
+    if EVENTS_MARK in os.path.basename(path):
+        return "tensorboard"
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(_HEAD)
+    except OSError as exc:
+        raise InputError(f"cannot read {path} ({exc.strerror or exc}); check the path and its permissions") from None
+    if b"\x00" in head[:8192]:
+        return "tensorboard" if is_event_record(head) else "text"  # the text reader says "binary"
+    first_line = head.lstrip().split(b"\n", 1)[0].strip()
+    if first_line == b"{":
+        return "hf"
+    if first_line.startswith(b"{"):
+        return "jsonl"
+    cells = [cell.strip().strip(b'"') for cell in first_line.split(b",")]
+    is_csv = len(cells) > 1 and (b"step" in cells or path.lower().endswith(".csv"))
+    return "lightning" if is_csv and b"(step=" not in head else "text"
+
+
+def _in_folder(path: str, prefer: str, format: Optional[str]) -> Located:
+    found = _direct(path, prefer)
+    if format is not None:
+        if format in found:
+            return Located(found[format], format)
+        nested = _nested(path, format)
+        if nested is None:
+            raise InputError(f"{path} holds no {_WHAT[format]}, neither directly nor in the folders its framework "
+                             "writes; pass that file, or --format auto for this input")
+        return nested
+    if found:
+        kind = next(iter(found))
+        others = [_WHAT[k] for k in found if k != kind and {k, kind} != {"text", "jsonl"}]
+        notes = (f"{path} also holds {', '.join(others)}; --format picks another",) if others else ()
+        return Located(found[kind], kind, notes)
+    for kind in ("hf", "lightning", "tensorboard"):
+        nested = _nested(path, kind)
+        if nested is not None:
+            return nested
+    raise InputError(
+        f"{path} holds no {LOG_TXT}, {METRICS_JSONL}, {TRAINER_STATE}, {LIGHTNING_CSV} or TensorBoard event file; "
+        "pass a run folder (TrainingMonitor's log_dir, a Trainer's output_dir, a CSVLogger version folder) or a log"
+    )
+
+
+def _direct(path: str, prefer: str) -> dict:
+    """format -> file (or folder, for TensorBoard) of the logs directly in ``path``, in the order they are read."""
+    ours = (METRICS_JSONL, LOG_TXT) if prefer == "jsonl" else (LOG_TXT, METRICS_JSONL)
+    found = {}
+    for name in ours + (TRAINER_STATE, LIGHTNING_CSV):
+        if os.path.isfile(os.path.join(path, name)):
+            kind = {METRICS_JSONL: "jsonl", LOG_TXT: "text", TRAINER_STATE: "hf", LIGHTNING_CSV: "lightning"}[name]
+            found[kind] = os.path.join(path, name)
+    if event_files(path):
+        found["tensorboard"] = path
+    return found
+
+
+def _nested(path: str, kind: str) -> Optional[Located]:
+    """The log of ``kind`` one level down in ``path``, in the layout its framework writes; None without one."""
+    if kind == "hf":
+        return _newest(path, "checkpoint-", TRAINER_STATE, kind)
+    if kind == "lightning":  # CSVLogger(save_dir, name): save_dir/name/version_N/metrics.csv
+        found = _newest(path, "version_", LIGHTNING_CSV, kind)
+        if found is not None:
+            return found
+        named = [hit for n in sorted(os.listdir(path)) if os.path.isdir(os.path.join(path, n))
+                 and (hit := _newest(os.path.join(path, n), "version_", LIGHTNING_CSV, kind)) is not None]
+        return named[0] if len(named) == 1 else None
+    if kind == "tensorboard":
+        ours = os.path.join(path, TENSORBOARD_DIR)
+        if os.path.isdir(ours) and event_files(ours):
+            return Located(ours, kind)
+        runs = os.path.join(path, "runs")  # the Trainer's report_to="tensorboard": output_dir/runs/<time_host>/
+        if os.path.isdir(runs):
+            stamped = sorted(n for n in os.listdir(runs) if os.path.isdir(os.path.join(runs, n))
+                             and event_files(os.path.join(runs, n)))
+            if stamped:
+                notes = (f"read the newest of {len(stamped)} runs in {runs}",) if len(stamped) > 1 else ()
+                return Located(os.path.join(runs, stamped[-1]), kind, notes)
+    return None
+
+
+def _newest(path: str, prefix: str, name: str, kind: str) -> Optional[Located]:
+    """``path/<prefix>N/name`` with the largest N, noting how many there were; None without one."""
+    numbered = []
+    for entry in os.listdir(path):
+        m = _NUMBERED.match(entry)
+        if m and m.group(1) == prefix and os.path.isfile(os.path.join(path, entry, name)):
+            numbered.append((int(m.group(2)), entry))
+    if not numbered:
+        return None
+    numbered.sort()
+    chosen = os.path.join(path, numbered[-1][1], name)
+    notes = (f"read {chosen}, the newest of {len(numbered)} {prefix}N folders",) if len(numbered) > 1 else ()
+    return Located(chosen, kind, notes)
+
+
+def find_runs(path: str) -> list:
+    """The run logs under ``path``: the path itself when it is a log file or a run folder (see :func:`locate`),
+    else its subfolders that are (the seed walked ``runs/*/log.txt``), sorted by name."""
+    if not os.path.exists(path):
+        raise InputError(f"{path} does not exist; pass a log file, a run folder or a folder of run folders")
+    if os.path.isfile(path) or _recognised(path):
+        return [path]
+    runs = sorted(os.path.join(path, n) for n in os.listdir(path) if _recognised(os.path.join(path, n)))
+    if not runs:
+        raise InputError(f"{path} holds no training log ({LOG_TXT}, {METRICS_JSONL}, {TRAINER_STATE}, "
+                         f"{LIGHTNING_CSV}, TensorBoard events), nor run folders that do")
+    return runs
+
+
+def _recognised(folder: str) -> bool:
+    if not os.path.isdir(folder):
+        return False
+    return bool(_direct(folder, "jsonl")) or any(_nested(folder, k) for k in ("hf", "lightning", "tensorboard"))
