@@ -1,7 +1,7 @@
 """The dump layout msprobe defined and both engines write, so either tool reads the other's dumps.
 
 ```
-dump_path/step{N}/[rank{R}/]dump.json       {task, level, framework, dump_data_dir, data: {name: entry}}
+dump_path/step{N}/[rank{R}/]dump.json       {task, level, framework, dump_data_dir[, writer], data: {name: entry}}
                              stack.json      {id: [[names], [frames]]} or {name: [frames]} (both in use)
                              construct.json  {name: parent module name}
                              dump_tensor_data/NAME.pt   tensor mode
@@ -11,6 +11,13 @@ The rank folder is ``rank{R}``; msprobe 26 writes ``proc{PID}`` when torch.distr
 wrote a bare ``rank``. A frame of stack.json is one string, ``File {file}, line {n}, in {function}, \\n {code}``
 (msprobe's compare tool shows it as it is). ptdbg_ascend's older layout (``*.pkl`` JSON lines) is read too
 (:mod:`ascend_tune.analysis.dumps`).
+
+The builtin engine adds ``writer`` to dump.json's header, ``{"name": "ascend_tune", "version": ..., "call_model":
+2}``; msprobe writes none, nor did the builtin engine before call model 2. Call models: **2** records an API's
+arguments as its caller passed them, the slots msprobe records (positional by position, defaults the caller passed
+included, keywords by name); **1** (builtin dumps without ``writer``) recorded the keywords a Python-level torch
+function forwards by name and left out those at their defaults. Readers take both: the compare pairs arguments by
+parameter name and stands a missing one in by its default.
 """
 
 from __future__ import annotations
@@ -23,6 +30,9 @@ STACK_JSON = "stack.json"
 CONSTRUCT_JSON = "construct.json"
 JOURNAL = "dump.journal"
 TENSOR_DIR = "dump_tensor_data"
+WRITER = "writer"
+BUILTIN_WRITER = "ascend_tune"
+CALL_MODEL = 2
 
 _STEP_DIR = re.compile(r"^step(\d+)$")
 _RANK_DIR = re.compile(r"^(?:rank(\d*)|proc\d+)$")

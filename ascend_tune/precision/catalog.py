@@ -16,7 +16,6 @@ scalar (``2 * x``) cannot be told from ``x * 2`` and is named ``Tensor.__mul__``
 from __future__ import annotations
 
 import dis
-import inspect
 from types import FrameType
 from typing import Any, Optional
 
@@ -147,7 +146,8 @@ def api_table() -> dict:
     return _table
 
 
-def _build_table() -> dict:
+def listed_apis() -> list:
+    """``(prefix, name, function)`` for every listed API this torch has, in the catalog's search order."""
     sources = [
         ("Functional", torch.nn.functional, _FUNCTIONAL),
         ("Tensor", torch.Tensor, _TENSOR),
@@ -156,16 +156,22 @@ def _build_table() -> dict:
     ]
     if torch.distributed.is_available():
         sources.append(("Distributed", torch.distributed, _DISTRIBUTED))
-    table: dict = {}
+    found = []
     for prefix, namespace, names in sources:
         for name in names.split():
             func = _lookup(namespace, name)
-            if func is None:
-                continue
-            try:
-                table.setdefault(func, (prefix, name))
-            except TypeError:  # an unhashable attribute cannot arrive as a torch function either
-                continue
+            if func is not None:
+                found.append((prefix, name, func))
+    return found
+
+
+def _build_table() -> dict:
+    table: dict = {}
+    for prefix, name, func in listed_apis():
+        try:
+            table.setdefault(func, (prefix, name))
+        except TypeError:  # an unhashable attribute cannot arrive as a torch function either
+            continue
     return table
 
 
@@ -230,33 +236,3 @@ def operator_name(method: str, caller: Optional[FrameType]) -> str:
     if opname == "COMPARE_OP":
         return _COMPARISONS.get(method, method)
     return _OLD_OPCODES.get(opname, method)
-
-
-_defaults: dict = {}
-
-
-def explicit_kwargs(func: Any, kwargs: dict) -> dict:
-    """``kwargs`` without the ones still at the function's default.
-
-    Python-level torch functions (``F.cross_entropy``...) forward every parameter to the mode as a keyword;
-    msprobe records only what the caller passed, so defaults are dropped to keep the two dumps alike.
-    """
-    if not kwargs or not inspect.isfunction(func):
-        return kwargs
-    defaults = _defaults.get(func)
-    if defaults is None:
-        try:
-            params = inspect.signature(func).parameters.values()
-            defaults = {p.name: p.default for p in params if p.default is not inspect.Parameter.empty}
-        except (TypeError, ValueError):
-            defaults = {}
-        _defaults[func] = defaults
-    return {k: v for k, v in kwargs.items() if k not in defaults or not _same(v, defaults[k])}
-
-
-def _same(value: Any, default: Any) -> bool:
-    if value is default:
-        return True
-    if isinstance(value, (bool, int, float, str)) and type(value) is type(default):
-        return value == default
-    return False

@@ -28,9 +28,10 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from .. import capture
-from ..formats.dump_layout import TENSOR_DIR, step_dir_name
+from .._version import __version__
+from ..formats.dump_layout import BUILTIN_WRITER, CALL_MODEL, TENSOR_DIR, WRITER, step_dir_name
 from ..formats.run_dir import rank_dir_name
-from . import catalog, stacks
+from . import arguments, catalog, stacks
 from .config import PrecisionConfig
 from .journal import StepWriter
 from .modules import ModuleRecorder, backward_name
@@ -171,7 +172,8 @@ class DumpEngine:
     def _header(self) -> dict:
         # an overflow check dumps statistics; msprobe's compare keys its mode on this field
         task = "tensor" if self.config.task == "tensor" else "statistics"
-        return {"task": task, "level": self.config.level, "framework": "pytorch", "dump_data_dir": self._tensor_dir}
+        return {"task": task, "level": self.config.level, "framework": "pytorch", "dump_data_dir": self._tensor_dir,
+                WRITER: {"name": BUILTIN_WRITER, "version": __version__, "call_model": CALL_MODEL}}
 
     def fail(self, exc: BaseException) -> None:
         """Stop recording after a failure of the engine itself (told once to ``on_error``; training goes on)."""
@@ -225,7 +227,7 @@ class DumpEngine:
             # internal: torch popped this mode for the handler, but a mode pushed before it (the shape detector's)
             # would still see the statistics
             with capture.internal():
-                part = self._api_inputs(name, args, catalog.explicit_kwargs(func, kwargs))
+                part = self._api_inputs(name, *arguments.as_called(func, api, args, kwargs, caller))
         except Exception as exc:
             self.fail(exc)
         try:
