@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from typing import Any, Optional
 
+from ..analysis.dumps import calls
 from ..analysis.dumps.compare import DumpComparison
 from ..analysis.dumps.overflow import OverflowReport
 from ..analysis.logs.compare import LossComparison
@@ -112,8 +114,10 @@ def dump_lines(result: DumpComparison, written: tuple = ()) -> list:
     lines = [
         f"compare-dump: base {result.base}",
         f"              target {result.target}",
-        f"  {result.mode} mode, ops matched by {'API and call order' if result.fuzzy else 'name'}; "
+        f"  {result.mode} mode, ops matched by {'API and call order' if result.fuzzy else 'name'}, arguments by "
+        "parameter; "
         f"tolerance {'by dtype' if result.tolerance_override is None else f'{result.tolerance_override:g}'}",
+        f"  written by: base {result.base_engine}, target {result.target_engine}",
         f"  rows {len(result.rows)}: {result.count('pass')} pass, {result.count('warning')} warning, "
         f"{result.count('error')} error (msprobe's rules); ops only in TARGET {result.only_target}, "
         f"only in BASE {result.only_base}",
@@ -133,19 +137,27 @@ def dump_lines(result: DumpComparison, written: tuple = ()) -> list:
 
 
 def op_lines(label: str, ops: list) -> list:
-    """What parse prints for each op: its parent, stack and one row per argument slot."""
+    """What parse prints for each op: its parent, the user's stack frames and one row per argument slot (a tensor's
+    dtype, shape and statistics; a non-tensor's type and value)."""
     lines = [f"{label}: {len(ops)} op(s)"]
     for op in ops:
         lines.append(f"{op.name}" + (f"  (in {op.parent})" if op.parent else ""))
-        lines += _stack(op.stack, "  stack:")
+        lines += _stack(op.user_frames(), "  stack:")
         lines.append(f"  {'slot':<28} {'dtype':<16} {'shape':<18} {'max':>12} {'min':>12} {'mean':>12} {'norm':>12}")
+        api = calls.api_of(op.name)
         for leaf in op.leaves:
+            _, param = calls.argument(api, leaf.slot) if leaf.role == "input" else (None, None)
+            if param is not None and param.name not in leaf.slot.split("."):  # input.4 -> "input.4 (eps)"
+                leaf = replace(leaf, slot=f"{leaf.slot} ({param.name})")
             if leaf.kind == "tensor":
                 stats = " ".join(f"{_g(v):>12}" for v in leaf.stats) if leaf.has_stats else "n/a"
                 shape = str(list(leaf.shape)) if leaf.shape is not None else "?"
                 lines.append(f"  {leaf.slot:<28} {leaf.dtype:<16} {shape:<18} {stats}")
+            elif leaf.kind == "none":
+                lines.append(f"  {leaf.slot:<28} {'None':<16} {'':<18} value None")
             else:
-                lines.append(f"  {leaf.slot:<28} {leaf.dtype:<16} {'':<18} {leaf.value!r}")
+                kind = leaf.dtype[len("<class '"):-2] if leaf.dtype.startswith("<class '") else leaf.dtype
+                lines.append(f"  {leaf.slot:<28} {kind:<16} {'':<18} value {leaf.value!r}")
     return lines
 
 

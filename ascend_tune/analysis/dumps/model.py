@@ -15,11 +15,12 @@ import difflib
 import functools
 import io
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Optional
 
 from ...errors import InputError
-from ...formats.dump_layout import DUMP_JSON, FRAME
+from ...formats.dump_layout import BUILTIN_WRITER, DUMP_JSON, FRAME
 
 _NAN = float("nan")
 _LIBRARY_PARTS = ("site-packages", "dist-packages", "/torch/", "/msprobe/", "/ptdbg_ascend/", "/ascend_tune/")
@@ -148,7 +149,8 @@ class Dump:
     not be read; files / data_folder: where the saved tensors are (``data_folder`` None without tensors); path: the
     rank folder on disk (None inside an archive); data: the index's raw entries (msprobe layout; empty for ptdbg);
     construct: op -> parent module; complete: False when rebuilt from the journal of a step that never ended
-    (names, dtypes, shapes, stacks, no statistics); source: the index file read.
+    (names, dtypes, shapes, stacks, no statistics); source: the index file read; writer: dump.json's ``writer``
+    header (the builtin engine's name, version and call model; None for msprobe, ptdbg and older builtin dumps).
     """
 
     label: str
@@ -169,6 +171,18 @@ class Dump:
     construct: dict = field(default_factory=dict, repr=False)
     complete: bool = True
     source: str = DUMP_JSON
+    writer: Optional[dict] = field(default=None, repr=False)
+
+    @property
+    def engine(self) -> str:
+        """Which tool wrote the dump: ``ascend_tune <version> (builtin engine)``, ``msprobe`` or ``ptdbg_ascend``.
+
+        A builtin dump from before the ``writer`` header reads as msprobe: the layouts are the same."""
+        if self.layout == "ptdbg":
+            return "ptdbg_ascend"
+        if isinstance(self.writer, dict) and self.writer.get("name") == BUILTIN_WRITER:
+            return f"ascend_tune {self.writer.get('version', '')} (builtin engine)".replace("  ", " ")
+        return "msprobe"
 
     @property
     def names(self) -> list:
@@ -221,14 +235,54 @@ class Dump:
         return _torch_array(self.label, name, data)
 
     def find(self, name: str) -> list:
-        """Ops named ``name``; else ops whose names start with it; else ops whose names contain it."""
+        """Ops named ``name``; else ops whose names start with it; else ops whose names contain it.
+
+        Nothing found: an InputError that names the calls the dump holds of the same API (the count differs between
+        runs and engines: ``Functional.linear.12.forward`` -> ``Functional.linear.8.forward``, the last of 9), else
+        close names, else a name this dump does hold.
+        """
         for test in (lambda n: n == name, lambda n: n.startswith(name), lambda n: name in n):
             found = [op for op in self.ops if test(op.name)]
             if found:
                 return found
-        close = difflib.get_close_matches(name, [op.name for op in self.ops], n=3)
-        hint = f"; did you mean {', '.join(close)}?" if close else "; names look like Functional.linear.0.forward"
-        raise InputError(f"{self.label} has no op {name!r}{hint}")
+        raise InputError(f"{self.label} has no op {name!r}; {self._suggest(name)}")
+
+    def _suggest(self, name: str) -> str:
+        names = [op.name for op in self.ops]
+        if not names:
+            return "the dump holds no op"
+        wanted = call_parts(name)
+        if wanted is not None:
+            head, count, direction = wanted
+            heads = {head, *_SPELLINGS.get(head, ())}
+            calls = sorted((parts[1], n) for n in names for parts in [call_parts(n)]
+                           if parts is not None and parts[0] in heads and parts[2] == direction)
+            if calls:
+                nearest = min(calls, key=lambda c: (abs(c[0] - count), c[0]))[1]
+                counts = f"{calls[0][0]}-{calls[-1][0]}" if len(calls) > 1 else str(calls[0][0])
+                return f"did you mean {nearest}? (this dump holds {len(calls)} such call(s), counts {counts})"
+        close = difflib.get_close_matches(name, names, n=3)
+        if close:
+            return f"did you mean {', '.join(close)}?"
+        return f"names in this dump look like {names[0]}"
+
+
+_API_CALL = re.compile(r"^(?P<head>.+?)\.(?P<count>\d+)\.(?P<dir>forward|backward)$")
+_MODULE_CALL = re.compile(r"^(?P<head>Module\..+)\.(?P<dir>forward|backward)\.(?P<count>\d+)$")
+# the other engine's spelling of a reflected operator (msprobe's Tensor.__rmul__ is the builtin's Tensor.__mul__)
+_SPELLINGS = {f"Tensor.__{op}__": (f"Tensor.__r{op}__",) for op in ("add", "mul", "and", "or", "xor")}
+_SPELLINGS.update({f"Tensor.__r{op}__": (f"Tensor.__{op}__",) for op in ("add", "mul", "and", "or", "xor")})
+
+
+def call_parts(name: str) -> Optional[tuple]:
+    """``(head, count, direction)`` of an API or module call name, else None.
+
+    ``Functional.linear.3.forward`` -> ``("Functional.linear", 3, "forward")``; ``Module.fc.Linear.backward.0`` ->
+    ``("Module.fc.Linear", 0, "backward")``.
+    """
+    m = _MODULE_CALL.match(name) if name.startswith("Module.") else None
+    m = m or _API_CALL.match(name)
+    return (m["head"], int(m["count"]), m["dir"]) if m else None
 
 
 def _is_user_file(head: str) -> bool:

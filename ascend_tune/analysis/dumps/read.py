@@ -25,7 +25,7 @@ import os
 from typing import Any, Optional
 
 from ...errors import InputError
-from ...formats.dump_layout import CONSTRUCT_JSON, DUMP_JSON, JOURNAL, STACK_JSON, TENSOR_DIR
+from ...formats.dump_layout import CONSTRUCT_JSON, DUMP_JSON, JOURNAL, STACK_JSON, TENSOR_DIR, WRITER
 from .model import NO_STATS, Dump, Leaf, Op, Stats, as_float
 from .ptdbg import read_ptdbg
 from .sources import PTDBG, DumpFiles, DumpRef, open_location, select_dump
@@ -95,7 +95,8 @@ def dump_from_index(index: Any, stacks: dict, construct: Any, label: str, **wher
     return Dump(
         label, "msprobe", str(index.get("task") or "statistics"), index.get("level"), tuple(ops), tuple(parents),
         malformed, data_folder=tensor_dir if has_data else None, framework=index.get("framework"),
-        dump_data_dir=index.get("dump_data_dir"), data=index["data"], construct=parents, **where,
+        dump_data_dir=index.get("dump_data_dir"), data=index["data"], construct=parents,
+        writer=index.get(WRITER) if isinstance(index.get(WRITER), dict) else None, **where,
     )
 
 

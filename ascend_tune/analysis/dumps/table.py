@@ -51,6 +51,7 @@ def summary_json(result: DumpComparison) -> bytes:
     first = result.first
     payload: dict = {
         "base": result.base, "target": result.target, "mode": result.mode, "fuzzy": result.fuzzy,
+        "engines": {"base": result.base_engine, "target": result.target_engine},
         "rtol": result.tolerance_override, "rows": len(result.rows),
         "pass": result.count("pass"), "warning": result.count("warning"), "error": result.count("error"),
         "ops_only_in_target": result.only_target, "ops_only_in_base": result.only_base,
@@ -70,7 +71,8 @@ def _json_number(value: float) -> Optional[float]:
 def _cells(mode: str, pair: Any, row: CompareRow, first_of_op: bool) -> list:
     t, b = row.target, row.base
     cells = [
-        f"{pair.name}.{row.slot}" if t else "N/A", f"{pair.name}.{row.slot}" if b else "N/A",
+        f"{pair.target.name}.{t.slot}" if t and row.stand_in != "TARGET" else "N/A",
+        f"{pair.base.name}.{b.slot}" if b and row.stand_in != "BASE" else "N/A",
         _dtype(t), _dtype(b), _shape(t), _shape(b), _grad(t), _grad(b),
     ]
     if mode == "tensor":
@@ -84,7 +86,7 @@ def _cells(mode: str, pair: Any, row: CompareRow, first_of_op: bool) -> list:
     else:
         cells += [(_percent if name.endswith("_rel") else _diff)(value) for name, value in row.stats._asdict().items()]
     cells += _values(t) + _values(b)
-    messages = list(row.messages) if b is not None else []
+    messages = list(row.messages) + ([f"note: {row.note}"] if row.note else []) if b is not None else []
     cells += [
         str(_grad(t) == _grad(b)), row.result,
         json.dumps(messages) if b is not None else NO_BENCH,

@@ -4,8 +4,10 @@
 A row is an *output* row when its name holds ``.output.``; every other row (arguments, parameters, parameter
 gradients) counts as input. Rules, each raising a row to error or warning:
 
-- both modes: NPU max/min inf/NaN while the bench's are finite; requires_grad differs; a scalar argument differs;
-  dtype differs; shape differs (error);
+- both modes: NPU max/min inf/NaN while the bench's are finite; requires_grad differs; a non-tensor argument
+  differs (a number, string or bool: ``approximate='tanh'`` against ``'none'``; msprobe's check compares any
+  ``<class ...>`` scalar); dtype differs; shape differs, size-1 dimensions aside, unless a backward gradient holds the
+  same elements in another view (error);
 - statistics: the largest input NormRelativeErr < 0.1 and an output's > 0.5 (error); the largest output
   NormRelativeErr more than 10x the largest input's, or > 0.1 when the inputs' is 0 (warning, first output row);
 - tensor: every input's One Thousandth Err Ratio > 0.9 while an output's smallest < 0.1 (error, first output row);
@@ -40,7 +42,8 @@ def judge(op_name: str, rows: list, tensor_mode: bool) -> list:
     """(result, messages) for each row of one op.
 
     ``rows``: dicts with ``name`` (the row's full name), ``target`` / ``base`` (leaves or None), ``norm_rel``
-    (NormRelativeErr as a fraction or None), ``cosine`` and ``thousandth`` (tensor mode, or None).
+    (NormRelativeErr as a fraction or None), ``cosine`` and ``thousandth`` (tensor mode, or None), and
+    ``same_elements`` (True when the shapes differ only by a view).
     """
     results = [["pass", []] for _ in rows]
     if not rows:
@@ -67,11 +70,13 @@ def judge(op_name: str, rows: list, tensor_mode: bool) -> list:
                 mark(i, "error", INF_NAN)
         if t.requires_grad is not None and b.requires_grad is not None and t.requires_grad != b.requires_grad:
             mark(i, "error", REQUIRES_GRAD)
-        if i in inputs and api not in _IGNORE_INPUT and t.kind == b.kind == "scalar" and t.value != b.value:
+        if i in inputs and api not in _IGNORE_INPUT and t.kind == b.kind and t.kind in ("scalar", "other") \
+                and t.value != b.value:
             mark(i, "error", SCALAR)
         if t.dtype != b.dtype and "qkv" not in rows[i]["name"] and "gate_up" not in rows[i]["name"]:
             mark(i, "error", DTYPE)
-        if t.shape is not None and b.shape is not None and t.shape != b.shape:
+        if t.shape is not None and b.shape is not None and _squeezed(t.shape) != _squeezed(b.shape) \
+                and not rows[i].get("same_elements"):
             mark(i, "error", SHAPE)
     if api in _IGNORE_INPUT or not outputs:
         return [(r, tuple(m)) for r, m in results]
@@ -95,6 +100,11 @@ def judge(op_name: str, rows: list, tensor_mode: bool) -> list:
         if (in_norm == 0 and out_norm > 0.1) or (in_norm > 0 and out_norm / in_norm > 10):
             mark(outputs[0], "warning", NORM_WARN)
     return [(r, tuple(m)) for r, m in results]
+
+
+def _squeezed(shape: tuple) -> tuple:
+    """msprobe's squeeze_shape_str: size-1 dimensions do not count (``[1, 217, 1, 896]`` is ``[217, 896]``)."""
+    return tuple(d for d in shape if d != 1)
 
 
 def _extreme(rows: list, picked: list, key: str, low: bool) -> float:
