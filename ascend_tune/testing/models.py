@@ -71,3 +71,68 @@ def synthetic_classification(n: int = 256, features: int = 16, classes: int = 4,
     x = torch.randn(n, features, generator=gen)
     w = torch.randn(features, classes, generator=gen)
     return TensorDataset(x, (x @ w).argmax(dim=1))
+
+
+class TinyGPT(nn.Module):
+    """A GPT in nanoGPT's layout (token and position embeddings, pre-norm blocks of causal self-attention through
+    ``F.scaled_dot_product_attention`` and a GELU MLP, a final LayerNorm, a bias-free head, logits soft-capped as
+    ``cap * tanh(logits / cap)``), small enough for tests.
+
+    ``eps`` and ``approximate`` reach every ``nn.LayerNorm`` and ``nn.GELU``; ``forward(idx, targets)`` returns the
+    cross-entropy loss.
+    """
+
+    def __init__(self, vocab: int = 32, block: int = 8, dim: int = 16, heads: int = 2, layers: int = 2,
+                 eps: float = 1e-5, approximate: str = "none", cap: float = 30.0):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, dim)
+        self.wpe = nn.Embedding(block, dim)
+        self.drop = nn.Dropout(0.0)
+        self.h = nn.ModuleList(_GPTBlock(dim, heads, eps, approximate) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(dim, eps=eps)
+        self.lm_head = nn.Linear(dim, vocab, bias=False)
+        self.cap = cap
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        pos = torch.arange(idx.size(1), device=idx.device)
+        x = self.drop(self.wte(idx) + self.wpe(pos))
+        for block in self.h:
+            x = block(x)
+        logits = self.lm_head(self.ln_f(x))
+        logits = self.cap * torch.tanh(logits / self.cap)
+        return nn.functional.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
+
+
+class _GPTBlock(nn.Module):
+    def __init__(self, dim: int, heads: int, eps: float, approximate: str):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(dim, eps=eps)
+        self.attn = _CausalSelfAttention(dim, heads)
+        self.ln_2 = nn.LayerNorm(dim, eps=eps)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(approximate=approximate), nn.Linear(4 * dim, dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class _CausalSelfAttention(nn.Module):
+    def __init__(self, dim: int, heads: int):
+        super().__init__()
+        self.c_attn = nn.Linear(dim, 3 * dim)
+        self.c_proj = nn.Linear(dim, dim)
+        self.heads = heads
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, c = x.size()
+        q, k, v = self.c_attn(x).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
+        y = nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=True)
+        return self.c_proj(y.transpose(1, 2).contiguous().view(b, t, c))
+
+
+def synthetic_tokens(n: int = 64, block: int = 8, vocab: int = 32, seed: int = 0) -> TensorDataset:
+    """Token sequences and their next-token targets (a fixed random walk over the vocabulary)."""
+    gen = torch.Generator().manual_seed(seed)
+    walk = torch.cumsum(torch.randint(1, 4, (n, block + 1), generator=gen), dim=1) % vocab
+    return TensorDataset(walk[:, :-1].contiguous(), walk[:, 1:].contiguous())
