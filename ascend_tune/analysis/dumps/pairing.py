@@ -59,10 +59,12 @@ def match_key(name: str, fuzzy: bool) -> str:
     if m:
         name = f"{m['kind']}.{m['api']}.{m['n']}.{m['dir']}"
     if fuzzy:
-        for pattern in (_API_COUNT, _MODULE_COUNT):
-            m = pattern.match(name)
-            if m:
-                return f"{m['head']}.{m['dir']}"
+        m = _MODULE_COUNT.match(name) if name.startswith("Module.") else None
+        if m:
+            return f"{m['head']}.{m['dir']}"
+        m = _API_COUNT.match(name)
+        if m:
+            return f"{calls.family(m['head'])}.{m['dir']}"
     else:
         m = _API_COUNT.match(name)
         if m and m["head"] in calls.FOLDED:
@@ -102,8 +104,9 @@ def match_ops(base: Any, target: Any, fuzzy: bool = False) -> list:
 def arguments(pair: OpPair) -> list:
     """The :class:`Argument` rows of an op pair: TARGET's in its order, then those only BASE has."""
     api = calls.api_of((pair.target or pair.base).name)  # type: ignore[union-attr]
-    if pair.target is not None and pair.base is not None and calls.api_of(pair.base.name) != api:
-        api = None  # a fuzzy pair of two different APIs: compare slots as recorded
+    if pair.target is not None and pair.base is not None and calls.family(calls.api_of(pair.base.name) or "") != \
+            calls.family(api or ""):
+        api = None  # two different APIs paired (ptdbg names, a data mapping): compare slots as recorded
     t_side = _keyed(pair.target, api)
     b_side = _keyed(pair.base, api)
     rows = []
