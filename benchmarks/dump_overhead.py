@@ -1,18 +1,19 @@
-"""Cost of a statistics dump per dumped step: the built-in engine at L0 / L1 / mix against msprobe, as ratios to
-the bare step.
+"""Cost of a dumped step (statistics or tensor task): the built-in engine at L0 / L1 / mix against msprobe, as
+ratios to the bare step.
 
 Models: a tiny MLP (3 Linear + ReLU, batch 16 x 32, the model msprobe was measured on in
-notes/backends-on-cpu.md) and a small CNN (2 conv blocks with BatchNorm and in-place ReLU,
-then a Linear; batch 32 of 3x32x32), one thread. Each mode trains the same steps; the figure is the median step
-time over the timed steps (the first ones warm up), as a ratio to the bare loop's median measured in the same
-process. Step time is the process's CPU time (user + system, file writes included), which other processes on a
-shared machine do not inflate the way they inflate wall time; modes are interleaved over repeats and the best
-repeat counts (background load only ever adds). The built-in modes dump every step (``steps=[]``); "outside"
-selects only step 0 and times the steps after it, the cost of having the option on. msprobe runs the same task /
-level with the same start / stop / step bracketing in a process of its own (it patches torch for good), with its
-own bare baseline.
+notes/backends-on-cpu.md), a small CNN (2 conv blocks with BatchNorm and in-place ReLU, then a Linear; batch 32 of
+3x32x32) and a transformer (``TinyGPT``, nanoGPT's layout: 4 layers, dim 64, 4 heads, block 64, vocabulary 256,
+batch 8), one thread. Each mode trains the same steps; the figure is the median step time over the timed steps (the
+first ones warm up), as a ratio to the bare loop's median measured in the same process. Step time is the process's
+CPU time (user + system, file writes included), which other processes on a shared machine do not inflate the way
+they inflate wall time; modes are interleaved over repeats and the best repeat counts (background load only ever
+adds). The built-in modes dump every step (``steps=[]``); "outside" selects only step 0 and times the steps after
+it, the cost of having the option on. msprobe runs the same task / level with the same start / stop / step
+bracketing in a process of its own (it patches torch for good), with its own bare baseline.
 Goal: built-in L1 <= 3x bare, and a dumped step >= 10x cheaper than msprobe's at the same level.
 Usage: python benchmarks/dump_overhead.py [--steps 30] [--warmup 5] [--repeats 3] [--no-msprobe]
+       [--models mlp,cnn,gpt] [--task statistics|tensor]
 """
 
 from __future__ import annotations
@@ -31,11 +32,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ascend_tune.testing.models import TinyGPT, synthetic_tokens
+
 LEVELS = ("L0", "L1", "mix")
+MODELS = ("mlp", "cnn", "gpt")
 
 
 def make_model(kind: str) -> tuple:
     torch.manual_seed(0)
+    if kind == "gpt":
+        model = TinyGPT(vocab=256, block=64, dim=64, heads=4, layers=4)
+        x, y = synthetic_tokens(n=8, block=64, vocab=256)[:]
+        return model, torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9), x, y
     if kind == "mlp":  # the model of notes/backends-on-cpu.md's msprobe measurement
         model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 4))
         x, y = torch.randn(16, 32), torch.randint(0, 4, (16,))
@@ -57,7 +65,7 @@ def timed_steps(model, optimizer, x, y, steps: int, around=None) -> list:
         start = time.process_time()
         if around is not None:
             around.begin(step)
-        loss = F.cross_entropy(model(x), y)
+        loss = model(x, y) if isinstance(model, TinyGPT) else F.cross_entropy(model(x), y)  # TinyGPT: its own loss
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -71,12 +79,12 @@ def run_bare(kind: str, steps: int) -> list:
     return timed_steps(*make_model(kind), steps)
 
 
-def run_builtin(kind: str, steps: int, level: str, out: str, selected: Any) -> list:
+def run_builtin(kind: str, steps: int, level: str, out: str, selected: Any, task: str = "statistics") -> list:
     from ascend_tune import TrainingMonitor
 
     model, optimizer, x, y = make_model(kind)
     precision = None if selected == "off" else dict(
-        task="statistics", level=level, steps=selected, backend="builtin", dump_path=out
+        task=task, level=level, steps=selected, backend="builtin", dump_path=out
     )
     with TrainingMonitor(model, optimizer, log_dir=out, quiet=True, warmup_steps=0, tune=False, precision=precision):
         return timed_steps(model, optimizer, x, y, steps)
@@ -98,7 +106,7 @@ class _MsprobeBracket:
         self.debugger.step()
 
 
-def msprobe_worker(kind: str, level: str, steps: int, warmup: int) -> None:
+def msprobe_worker(kind: str, level: str, steps: int, warmup: int, task: str = "statistics") -> None:
     """In its own process: the bare loop first, then the same loop dumped by msprobe; prints JSON."""
     torch.set_num_threads(1)
     bare = median_ms(run_bare(kind, steps), warmup)
@@ -106,14 +114,14 @@ def msprobe_worker(kind: str, level: str, steps: int, warmup: int) -> None:
 
     model, optimizer, x, y = make_model(kind)
     with tempfile.TemporaryDirectory() as out:
-        debugger = PrecisionDebugger(task="statistics", dump_path=out, level=level, step=[])
+        debugger = PrecisionDebugger(task=task, dump_path=out, level=level, step=[])
         dumped = median_ms(timed_steps(model, optimizer, x, y, steps, _MsprobeBracket(debugger, model)), warmup)
     print(json.dumps({"bare_ms": bare, "dump_ms": dumped}))
 
 
-def msprobe_figures(kind: str, level: str, steps: int, warmup: int) -> dict:
+def msprobe_figures(kind: str, level: str, steps: int, warmup: int, task: str = "statistics") -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--msprobe-worker", kind, level, "--steps", str(steps),
-           "--warmup", str(warmup)]
+           "--warmup", str(warmup), "--task", task]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode != 0 or not lines:
@@ -127,18 +135,21 @@ def main(argv=None) -> int:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-msprobe", action="store_true", help="skip the msprobe rows")
+    parser.add_argument("--models", default=",".join(MODELS), help="comma-separated models (default: all)")
+    parser.add_argument("--task", choices=("statistics", "tensor"), default="statistics",
+                        help="what each dumped step writes (tensor: every tensor as a .pt file too)")
     parser.add_argument("--msprobe-worker", nargs=2, metavar=("MODEL", "LEVEL"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.msprobe_worker:
-        msprobe_worker(*args.msprobe_worker, args.steps, args.warmup)
+        msprobe_worker(*args.msprobe_worker, args.steps, args.warmup, args.task)
         return 0
     torch.set_num_threads(1)
     from ascend_tune.precision.backends import msprobe_installed
 
     with_msprobe = not args.no_msprobe and msprobe_installed()
-    print(f"dump_overhead: statistics task, {args.steps} steps ({args.warmup} warm-up) x {args.repeats} repeats, "
+    print(f"dump_overhead: {args.task} task, {args.steps} steps ({args.warmup} warm-up) x {args.repeats} repeats, "
           "1 thread; best median step of the repeats, as a ratio to the bare step")
-    for kind in ("mlp", "cnn"):
+    for kind in args.models.split(","):
         run_bare(kind, args.warmup)  # warm the allocator and kernels once
         modes = {"bare": None, "monitor": "off", "outside": [0], **{level: [] for level in LEVELS}}
         best = {name: float("inf") for name in modes}
@@ -150,7 +161,8 @@ def main(argv=None) -> int:
                         times = run_bare(kind, args.steps)
                     else:
                         level = name if name in LEVELS else "mix"
-                        times = run_builtin(kind, args.steps, level, os.path.join(tmp, f"{name}{rep}"), modes[name])
+                        times = run_builtin(kind, args.steps, level, os.path.join(tmp, f"{name}{rep}"), modes[name],
+                                            args.task)
                     best[name] = min(best[name], median_ms(times, args.warmup))
         bare = best["bare"]
         print(f"  {kind}: bare step {bare:.2f} ms")
@@ -160,7 +172,8 @@ def main(argv=None) -> int:
             ours = best[level] / bare
             line = f"    {'builtin ' + level:<42} {ours:6.2f}x bare"
             if with_msprobe:
-                theirs = min((msprobe_figures(kind, level, args.steps, args.warmup) for _ in range(args.repeats)),
+                theirs = min((msprobe_figures(kind, level, args.steps, args.warmup, args.task)
+                              for _ in range(args.repeats)),
                              key=lambda f: f["dump_ms"] / f["bare_ms"])
                 ratio = theirs["dump_ms"] / theirs["bare_ms"]
                 line += f"   msprobe {ratio:6.2f}x bare   builtin {ratio / ours:5.1f}x cheaper"
