@@ -1,4 +1,5 @@
-"""``ascend-tune compare-dump, parse, overflow, pack, unpack``: verdicts over precision dumps, and dumps moved whole.
+"""``ascend-tune compare-dump, parse, overflow, replay, pack, unpack``: verdicts over precision dumps, and dumps
+moved whole.
 
 Each is thin: read the inputs, call one analysis function, print its result. Exit 0 = pass, 1 = the check failed.
 Nothing heavy is imported at module level, so ``ascend-tune --help`` stays fast; numpy loads inside the handlers.
@@ -15,7 +16,7 @@ from .args import add_force, add_json, add_out, add_selectors, fraction
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``compare-dump``, ``parse``, ``overflow``, ``pack`` and ``unpack`` to the ``ascend-tune`` subcommands."""
+    """Add ``compare-dump``, ``parse``, ``overflow``, ``replay``, ``pack`` and ``unpack`` to the subcommands."""
     p = subparsers.add_parser("compare-dump", help="compare two precision dumps and name the first diverging op")
     p.add_argument("base", help="reference dump: a dump folder, a dump.json, a ptdbg .pkl or a packed archive")
     p.add_argument("target", help="dump to check, same forms")
@@ -39,6 +40,13 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("dump", help="a dump folder, a dump.json, a ptdbg .pkl, a packed archive or an overflow.json")
     add_selectors(p)
     p.set_defaults(run=_overflow)
+
+    p = subparsers.add_parser("replay", help="the calls a replayed step's device computed wrongly (task='replay')")
+    p.add_argument("dump", help="the dump folder of a run with precision=dict(task='replay'), a step or rank folder "
+                                "in it, its replay.json or a packed archive")
+    add_selectors(p)
+    add_json(p, "the verdict and the suspects")
+    p.set_defaults(run=_replay)
 
     p = subparsers.add_parser("pack", help="pack a dump folder into one archive with sha256 sums")
     p.add_argument("dump", help="the dump folder")
@@ -91,6 +99,15 @@ def _overflow(args: argparse.Namespace) -> int:
     report = overflow.overflow_report(args.dump, args.step, args.rank)
     print_lines(overflow_lines(report))
     return 0 if report.first is None else 1
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from ..analysis.dumps.replay import replay_verdict
+    from .verdict_text import json_text, replay_json, replay_lines
+
+    verdict = replay_verdict(args.dump, args.step, args.rank)
+    print(json_text(replay_json(verdict)) if args.json else "\n".join(replay_lines(verdict)))
+    return 0 if verdict.first is None else 1
 
 
 def _pack(args: argparse.Namespace) -> int:

@@ -35,5 +35,6 @@ def _cmd_report(args: argparse.Namespace) -> int:
     make_folder(os.path.dirname(os.path.abspath(out)))
     written = write_report(report, out)
     print("report: " + "\n        ".join(written))
-    failed = (report.comparison is not None and not report.comparison.aligned) or bool(report.overflows)
+    failed = (report.comparison is not None and not report.comparison.aligned) or bool(report.overflows) or any(
+        r.suspects for r in report.replays)
     return 1 if failed else 0

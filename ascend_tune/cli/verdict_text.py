@@ -10,10 +10,12 @@ from typing import Any, Optional
 from ..analysis.dumps import calls
 from ..analysis.dumps.compare import DumpComparison
 from ..analysis.dumps.overflow import OverflowReport
+from ..analysis.dumps.replay import ReplayVerdict
 from ..analysis.logs.compare import LossComparison
 from ..analysis.logs.model import LossLog
 from ..analysis.logs.rates import RateStats
 from ..analysis.logs.throughput import SLOW_RANK, ThroughputReport
+from ..formats.dump_layout import format_frame
 
 
 def print_lines(lines: list) -> None:
@@ -177,6 +179,49 @@ def overflow_lines(report: OverflowReport) -> list:
                      "in code the dump does not record")
     lines += _stack(first.stack_text)
     return lines
+
+
+MAX_SUSPECT_LINES = 20
+
+
+def replay_lines(verdict: ReplayVerdict) -> list:
+    """What replay prints: per replayed step the counts, the first suspect with its frames, the other suspects."""
+    lines = [f"replay: {verdict.location}: {len(verdict.reports)} replayed step(s)"]
+    for report in verdict.reports:
+        lines.append(f"  step {report.step} rank {report.rank}: {report.checked} call(s) checked on the CPU in "
+                     f"float64, {report.skipped} skipped, {len(report.suspects)} suspect(s)")
+        for reason, count in report.skip_reasons[:3]:
+            lines.append(f"    skipped {count}: {reason}")
+        first = report.first_suspect
+        if first is None:
+            lines.append("    no suspect: every checked call agrees with the CPU within its dtype's standard")
+            continue
+        lines.append(f"    first suspect: {first.name} ({first.dtype} {list(first.shape)})")
+        lines.append(f"      why: {first.reason}")
+        if first.standard is not None:
+            lines.append(f"      standard: {first.standard.text()}")
+        lines += _stack(tuple(format_frame(f.file, f.line, f.function, f.code) for f in first.stack), "      at:")
+        for row in report.suspects[1:MAX_SUSPECT_LINES]:
+            m = row.metrics
+            numbers = f"err_ratio {m.err_ratio:.3g}, norm_err {m.norm_err:.3g}" if m else ""
+            lines.append(f"    suspect: {row.name} ({row.dtype}) {numbers}")
+        if len(report.suspects) > MAX_SUSPECT_LINES:
+            lines.append(f"    ... {len(report.suspects) - MAX_SUSPECT_LINES} more in {report.source}")
+    lines.append(f"  verdict: {'SUSPECTS' if verdict.first else 'PASS'}")
+    return lines
+
+
+def replay_json(verdict: ReplayVerdict) -> dict:
+    """What replay --json prints: the verdict, the first suspect, and each step's counts and suspects."""
+    first = verdict.first
+    return {
+        "location": verdict.location, "passed": first is None,
+        "first_suspect": None if first is None else {"step": first[0].step, "rank": first[0].rank,
+                                                     **first[1].as_dict()},
+        "reports": [{"source": r.source, "step": r.step, "rank": r.rank, "calls": r.calls, "checked": r.checked,
+                     "skipped": r.skipped, "skip_reasons": dict(r.skip_reasons),
+                     "suspects": [s.as_dict() for s in r.suspects]} for r in verdict.reports],
+    }
 
 
 def _stack(frames: tuple, title: str = "    at:") -> list:

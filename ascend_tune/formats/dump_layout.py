@@ -6,6 +6,8 @@ dump_path/step{N}/[rank{R}/]dump.json       {task, level, framework, dump_data_d
                              construct.json  {name: parent module name}
                              dump_tensor_data/NAME.pt   tensor mode
                              dump.journal    builtin engine, while the step runs (crash-safe, rebuilt by readers)
+                             replay.csv      task="replay": one row per replayed call (REPLAY_COLUMNS)
+                             replay.json     task="replay": counts, suspects in execution order, first_suspect
 ```
 The rank folder is ``rank{R}``; msprobe 26 writes ``proc{PID}`` when torch.distributed is not initialised and 8.x
 wrote a bare ``rank``. A frame of stack.json is one string, ``File {file}, line {n}, in {function}, \\n {code}``
@@ -33,6 +35,11 @@ TENSOR_DIR = "dump_tensor_data"
 WRITER = "writer"
 BUILTIN_WRITER = "ascend_tune"
 CALL_MODEL = 2
+REPLAY_CSV = "replay.csv"
+REPLAY_JSON = "replay.json"
+REPLAY_COLUMNS = ("index", "name", "dtype", "shape", "verdict", "max_abs_err", "max_rel_err", "err_ratio", "norm_err",
+                  "nonfinite", "threshold", "reason")
+"""replay.csv's header: what each row (one replayed call) holds, in order."""
 
 _STEP_DIR = re.compile(r"^step(\d+)$")
 _RANK_DIR = re.compile(r"^(?:rank(\d*)|proc\d+)$")

@@ -41,6 +41,7 @@ class StepOutcome:
 
     path: Optional[str]
     overflows: list = field(default_factory=list)
+    replay: Any = None  # task="replay": the step's analysis.dumps.replay.ReplayReport
 
 
 def importable(module: str) -> bool:
@@ -70,9 +71,9 @@ def choose(config: PrecisionConfig, device_kind: str) -> str:
     it is left out there on purpose: it patches torch for the rest of the process, takes ~3.5 s to import and makes
     a dumped step 35-48x slower, while GPU / CPU runs are the reference side that only needs a cheap dump msprobe
     can read, which the builtin engine writes. Pass ``backend="msprobe"`` to use it anyway.
-    Raises ConfigError when a forced backend is not installed.
+    Raises ConfigError when a forced backend is not installed. ``task="replay"`` is the builtin engine's alone.
     """
-    if config.backend == "builtin":
+    if config.backend == "builtin" or config.task == "replay":
         return "builtin"
     if config.backend == "msprobe":
         if not msprobe_installed():
@@ -137,6 +138,8 @@ class BuiltinBackend:
         result = self.engine.finish()
         if result is None:
             return StepOutcome(None)
+        if self.config.task == "replay":
+            return StepOutcome(os.path.dirname(self.engine.rank_dir), replay=result)
         if self.config.task != "overflow_check":
             return StepOutcome(os.path.dirname(result.rank_dir))
         dump = dump_from_index({"data": result.data}, parse_stacks(result.stack), result.construct,

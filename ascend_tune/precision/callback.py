@@ -9,6 +9,7 @@ reported once through ``ctx.warn`` and dumps no more.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -22,7 +23,10 @@ from .config import ENV_DUMP, PrecisionConfig
 
 if TYPE_CHECKING:
     from ..analysis.dumps.overflow import Overflow
+    from ..analysis.dumps.replay import ReplayReport
     from ..context import RunContext
+
+logger = logging.getLogger("ascend_tune")
 
 
 def build_callback(value: Any, ctx: RunContext) -> Optional[PrecisionCallback]:
@@ -62,6 +66,7 @@ class PrecisionCallback(Callback):
         self._dumped: list = []
         self._checked: list = []
         self._overflows: list = []
+        self._replays: list = []
         self._error: Optional[str] = None
         self._ctx: Optional[RunContext] = None
 
@@ -105,6 +110,11 @@ class PrecisionCallback(Callback):
         if self.config.task == "overflow_check":
             out["overflows"] = len(self._overflows)
             out["first_overflow"] = self._overflows[0].name if self._overflows else None
+        if self.config.task == "replay":
+            first = next((r.first_suspect.name for r in self._replays if r.first_suspect), None)
+            out["replay"] = {"checked": sum(r.checked for r in self._replays),
+                             "skipped": sum(r.skipped for r in self._replays),
+                             "suspects": sum(len(r.suspects) for r in self._replays), "first_suspect": first}
         return out
 
     # --- one step -------------------------------------------------------------------------------------------------
@@ -123,6 +133,8 @@ class PrecisionCallback(Callback):
         if outcome.path is not None:
             self._dumped.append(step)
             self._ctx.record_event("precision_dump", step=step, path=outcome.path, backend=self.backend_name)
+        if outcome.replay is not None:
+            self._replayed(step, outcome.replay)
         if outcome.overflows:
             first = not self._overflows
             self._overflows.extend(outcome.overflows)
@@ -134,6 +146,21 @@ class PrecisionCallback(Callback):
             self._done = True
         if getattr(self._backend, "failed", None):
             self._done = True
+
+    def _replayed(self, step: int, report: ReplayReport) -> None:
+        """The one line a replayed step ends with: calls checked, the first suspect and where it was called."""
+        self._replays.append(report)
+        first = report.first_suspect
+        self._ctx.record_event("precision_replay", step=step, checked=report.checked, skipped=report.skipped,
+                               suspects=len(report.suspects), first_suspect=first.name if first else None,
+                               path=report.source)
+        counts = f"{report.checked} call(s) checked on the CPU in float64, {report.skipped} skipped"
+        if first is None:
+            logger.info("ascend_tune: replay step %d: %s; no suspect (%s)", step, counts, report.source)
+            return
+        where = f" at {first.stack[0].file}:{first.stack[0].line} ({first.stack[0].code})" if first.stack else ""
+        self._ctx.warn(f"replay step {step}: {counts}; {len(report.suspects)} suspect(s), the first "
+                       f"{first.name}{where}: {first.reason}; all in {report.source}")
 
     def _close(self) -> None:
         if self._backend is not None:

@@ -16,7 +16,7 @@ from ..config import FeatureConfig
 from ..errors import ConfigError
 
 ENV_DUMP = "ASCEND_TUNE_DUMP"
-TASKS = ("statistics", "tensor", "overflow_check")
+TASKS = ("statistics", "tensor", "overflow_check", "replay")
 LEVELS = ("L0", "L1", "mix")
 DATA_MODES = ("all", "forward", "backward", "input", "output")
 SUMMARY_MODES = ("statistics", "md5")
@@ -29,8 +29,10 @@ _RANGE = re.compile(r"^\s*(\d+)\s*-\s*(\d+)\s*$")
 class PrecisionConfig(FeatureConfig):
     """What to dump, at which steps, through which backend.
 
-    task: ``statistics`` (Max/Min/Mean/Norm of every tensor), ``tensor`` (also the tensors, as ``.pt`` files) or
-        ``overflow_check`` (the first ops whose outputs hold inf/nan, in ``overflow.json``).
+    task: ``statistics`` (Max/Min/Mean/Norm of every tensor), ``tensor`` (also the tensors, as ``.pt`` files),
+        ``overflow_check`` (the first ops whose outputs hold inf/nan, in ``overflow.json``) or ``replay`` (each API
+        call recomputed on the CPU in float64 and compared, in ``replay.csv`` / ``replay.json``; builtin engine,
+        level L1; ``data_mode`` ``forward`` / ``backward`` chooses the directions replayed).
     level: ``L0`` (nn.Module calls), ``L1`` (torch API calls) or ``mix`` (both).
     steps: step numbers or ``"a-b"`` ranges; None = the block's first step, ``[]`` = every step.
     ranks: global ranks that dump; None or ``[]`` = every rank.
@@ -67,6 +69,8 @@ class PrecisionConfig(FeatureConfig):
         self.check_choice("level", LEVELS)
         self.check_choice("summary_mode", SUMMARY_MODES)
         self.check_choice("backend", BACKENDS)
+        if self.task == "replay":
+            self._check_replay()
         object.__setattr__(self, "steps", _selection("steps", self.steps))
         object.__setattr__(self, "ranks", _selection("ranks", self.ranks))
         object.__setattr__(self, "scope", _names("scope", self.scope))
@@ -85,6 +89,18 @@ class PrecisionConfig(FeatureConfig):
             if not isinstance(self.dump_path, (str, os.PathLike)) or not str(self.dump_path):
                 raise ConfigError(f"dump_path must be a folder path, got {self.dump_path!r}")
             object.__setattr__(self, "dump_path", os.fspath(self.dump_path))
+
+    def _check_replay(self) -> None:
+        if self.backend not in ("auto", "builtin"):
+            raise ConfigError(
+                f"precision task='replay' runs in the builtin engine; backend={self.backend!r} has no replay "
+                "(msprobe's run_ut / acc_check is a separate offline tool): use backend='builtin' or 'auto'"
+            )
+        if self.level != "L1":
+            raise ConfigError(
+                f"precision task='replay' replays torch API calls (level 'L1'), got level={self.level!r}; "
+                "drop level or pass level='L1'"
+            )
 
     def with_first_step(self, first_step: int) -> PrecisionConfig:
         """This config with ``steps=None`` made concrete: the block's first step."""

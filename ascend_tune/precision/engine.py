@@ -11,6 +11,8 @@
   steps no mode, hook or wrapper is active.
 - Statistics stay on the device until :meth:`DumpEngine.finish` reads them back once (:mod:`.stats`); entries go
   to the journal as they are seen (:mod:`.journal`).
+- ``task="replay"`` dumps nothing: each selected call goes to :class:`~.replay.StepReplay`, which runs it and
+  checks it against the CPU in float64; the step ends with replay.csv / replay.json instead of dump.json.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from .config import PrecisionConfig
 from .journal import StepWriter
 from .modules import ModuleRecorder, backward_name
 from .records import Records, tensors_in
+from .replay import StepReplay
 
 
 @dataclass(frozen=True)
@@ -107,6 +110,7 @@ class DumpEngine:
         self.recording = False
         self.failed: Optional[str] = None
         self.handles: list = []
+        self.replay: Optional[StepReplay] = None
         self._undo: Optional[contextlib.ExitStack] = None
         self._writer: Optional[StepWriter] = None
         self._mode_removal = capture.ModeRemoval()
@@ -119,7 +123,7 @@ class DumpEngine:
         self.step = step
         self.rank_dir = os.path.join(self.dump_path, step_dir_name(step), rank_dir_name(self.rank))
         self._tensor_dir = os.path.join(self.rank_dir, TENSOR_DIR) if self.config.task == "tensor" else None
-        self._writer = StepWriter(self.rank_dir, self._header())
+        self._writer = StepWriter(self.rank_dir, self._header()) if self.config.task != "replay" else None
         if self._tensor_dir:
             os.makedirs(self._tensor_dir, exist_ok=True)
         self.data: dict = {}
@@ -129,6 +133,7 @@ class DumpEngine:
         self._construct: dict = {}
         self._in_scope = False
         self._modules = ModuleRecorder(self, self._models) if self._module_level else None
+        self.replay = StepReplay(self) if self.config.task == "replay" else None
         undo = contextlib.ExitStack()
         try:
             if self._modules is not None:
@@ -154,8 +159,12 @@ class DumpEngine:
             handle.remove()
         self.handles = []
 
-    def finish(self) -> Optional[StepDump]:
-        """Read the step's statistics back (once), write dump.json / stack.json / construct.json, drop the journal."""
+    def finish(self) -> Any:
+        """Read the step's statistics back (once), write dump.json / stack.json / construct.json, drop the journal;
+        returns a :class:`StepDump` (a replayed step: writes replay.csv / replay.json, returns its ReplayReport)."""
+        replay, self.replay = self.replay, None
+        if replay is not None:
+            return replay.finish()
         writer, self._writer = self._writer, None
         if writer is None:
             return None
@@ -220,6 +229,11 @@ class DumpEngine:
         if not self.begin(name):
             try:
                 return func(*args, **kwargs)
+            finally:
+                self.end(name)
+        if self.replay is not None:  # task="replay": checked against the CPU in float64, not dumped
+            try:
+                return self.replay.call(name, func, args, kwargs, caller)
             finally:
                 self.end(name)
         part = None

@@ -1,9 +1,10 @@
 """The run report's model: one run folder's facts gathered into a frozen :class:`RunReport`.
 
 The loss curve (against a baseline when given), throughput, tuning decisions, dynamic shapes, the advisor's
-findings on the run's traces and the precision dumps' overflow verdicts, each linked by step number. With a
-baseline (the reference run) the report is the alignment page: :mod:`.alignment` adds the reference's throughput,
-the speed ratio and the compare of one step both runs dumped.
+findings on the run's traces, the precision dumps' overflow verdicts and the replayed steps' suspects (calls the
+device computed wrongly against the CPU in float64), each linked by step number. With a baseline (the reference
+run) the report is the alignment page: :mod:`.alignment` adds the reference's throughput, the speed ratio and the
+compare of one step both runs dumped.
 :mod:`.render` turns the report into markdown and HTML and writes them; :mod:`.plots` draws its figures.
 """
 
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from ...errors import InputError
+from ...formats.dump_layout import REPLAY_JSON
 from ...formats.run_dir import SHAPES_CSV, SUMMARY_JSON, TUNING_JSON
 from ..logs.compare import LossComparison, compare_loss
 from ..logs.model import LossLog
@@ -42,12 +44,14 @@ class RunReport:
     overflows: tuple  # analysis.dumps.overflow.Overflow, ranked (the first is where the inf/nan started)
     notes: tuple = field(default=())
     alignment: Optional[Alignment] = None  # the reference's side, with a baseline
+    replays: tuple = field(default=())  # analysis.dumps.replay.ReplayReport, by step then rank
 
     @property
     def linked_steps(self) -> set:
         """Steps something in the report points at; their rows are always in the step table."""
         steps = set(self.dump_steps)
         steps.update(o.step for o in self.overflows if o.step is not None)
+        steps.update(r.step for r in self.replays if r.step is not None)
         if self.advice is not None:
             steps.update(f.step for f in self.advice.findings if f.step is not None)
         if self.comparison is not None and self.comparison.max_rel_gap_step is not None:
@@ -101,11 +105,13 @@ def build_report(run: str, baseline: Optional[str] = None, threshold: float = 0.
             notes.append(f"the advisor could not read the traces: {exc}")
     dump_dir = os.path.join(run, "dump")
     dump_steps, overflows = _dumps(dump_dir) if os.path.isdir(dump_dir) else ((), ())
+    replays = _replays(dump_dir, notes) if dump_steps else ()
     return RunReport(
         run=run, log=log, summary=summary, throughput=rates, comparison=comparison,
         tuning=_json_file(os.path.join(run, TUNING_JSON)), shapes=_shapes(os.path.join(run, SHAPES_CSV)),
         traces=tuple(traces), advice=advice, dump_steps=dump_steps, overflows=overflows, notes=tuple(notes),
         alignment=alignment,
+        replays=replays,
     )
 
 
@@ -141,3 +147,16 @@ def _dumps(dump_dir: str) -> tuple:
         overflows = ()
     return tuple(steps), overflows
 
+
+
+def _replays(dump_dir: str, notes: list) -> tuple:
+    """The replayed steps under ``dump_dir`` (none when no step was replayed)."""
+    from ..dumps.replay import replay_verdict
+
+    if not any(n == REPLAY_JSON for _, _, names in os.walk(dump_dir) for n in names):
+        return ()
+    try:
+        return replay_verdict(dump_dir).reports
+    except InputError as exc:
+        notes.append(f"the replay results could not be read: {exc}")
+        return ()

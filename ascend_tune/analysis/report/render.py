@@ -133,6 +133,10 @@ def _sections(report: RunReport, dump_csv: Optional[str] = None) -> list:
                        "" if report.shapes is not None else "shapes=True lists ops whose shapes change per step"))
     out.append(Section("Precision dumps", _dump_rows(report),
                        "look at the first op that made the inf/nan, at its line" if report.overflows else ""))
+    if report.replays:
+        out.append(Section("Replay on the CPU in float64", _replay_rows(report),
+                           "read the first suspect's line: that call's kernel computes wrongly on this device"
+                           if any(r.suspects for r in report.replays) else ""))
     return out
 
 
@@ -287,6 +291,24 @@ def _dump_rows(report: RunReport) -> list:
     for o in report.overflows[:20]:
         where = f", called at {o.stack[0].file}:{o.stack[0].line} ({o.stack[0].code.strip()})" if o.stack else ""
         rows.append(f"inf/nan in {o.name} ({o.tensor}) at {{step:{o.step}}}, rank {o.rank}{where}")
+    return rows
+
+
+def _replay_rows(report: RunReport) -> list:
+    rows = []
+    for r in report.replays:
+        rows.append(f"{{step:{r.step}}}, rank {r.rank}: {r.checked} call(s) checked, {r.skipped} skipped, "
+                    f"{len(r.suspects)} suspect(s)")
+        first = r.first_suspect
+        if first is None:
+            rows.append("no suspect: every checked call agrees with the CPU within its dtype's standard")
+            continue
+        frame = first.stack[0] if first.stack else None
+        where = f", called at {frame.file}:{frame.line} ({frame.code})" if frame else ""
+        rows.append(f"first suspect {first.name} ({first.dtype}){where}: {first.reason}")
+        rows += [f"suspect {s.name} ({s.dtype}): {s.reason}" for s in r.suspects[1:10]]
+        if len(r.suspects) > 10:
+            rows.append(f"... {len(r.suspects) - 10} more suspects in {r.source}")
     return rows
 
 

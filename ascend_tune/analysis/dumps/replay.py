@@ -1,0 +1,309 @@
+"""Replay verdicts: the standard a call replayed on the CPU in float64 is judged by, replay.csv / replay.json, and
+their reader.
+
+The builtin engine's ``task="replay"`` (:mod:`ascend_tune.precision.replay`) recomputes each API call of a step
+on the CPU in float64 from the same inputs and measures, per output tensor, how far the device's result ``d`` is
+from that golden result ``g`` (both in float64):
+
+- ``max_abs_err``: ``max |d - g|``;
+- ``max_rel_err``: ``max |d - g| / max(|g|, rms(g))``: each element's error relative to itself, or to the
+  tensor's RMS where the element is smaller than that (a value that cancels to near zero is judged on the tensor's
+  scale, as every correct kernel's rounding is);
+- ``err_ratio``: the fraction of elements whose ``max_rel_err`` term exceeds the standard's ``rtol``;
+- ``norm_err``: ``||d - g|| / ||g||`` (2-norms over the tensor);
+- ``nonfinite``: elements where one side is inf/nan and the other is not (or they differ in kind).
+
+A call is a **suspect** when an output has a ``nonfinite`` element, ``err_ratio > max_err_ratio`` or
+``norm_err > max_norm_err``, under the standard of the least precise floating dtype among its inputs, its
+outputs (for a backward: the gradients) and the autocast dtype when autocast was on. The limits sit one to two
+orders of magnitude above the rounding of a correct kernel in that dtype (inputs rounded to bf16 by autocast
+included) and below a kernel 1e-3 relative off in float32 (msprobe's accuracy checker judges fp32 at the
+thousandth level too). Integer and bool outputs must match exactly; index outputs of sorting ops are not compared
+(ties may break either way).
+
+No torch here: the runtime measures, this module judges, writes and reads.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from typing import Any, Optional
+
+from ...errors import InputError
+from ...formats.dump_layout import REPLAY_COLUMNS, REPLAY_JSON, rank_of_dump_dir, step_of_dir
+from .archive import VerifiedArchive, is_archive
+from .model import Frame
+from .sources import DumpFiles
+
+PASS, SUSPECT, SKIPPED = "pass", "suspect", "skipped"
+
+
+@dataclass(frozen=True)
+class Standard:
+    """The limits one dtype's results are judged by (see the module docstring)."""
+
+    dtype: str
+    rtol: float
+    max_err_ratio: float
+    max_norm_err: float
+
+    def as_dict(self) -> dict:
+        """A JSON-ready dict."""
+        return {"dtype": self.dtype, "rtol": self.rtol, "max_err_ratio": self.max_err_ratio,
+                "max_norm_err": self.max_norm_err}
+
+    def text(self) -> str:
+        """One CSV cell: ``float32: rtol 0.0001, err_ratio <= 0.001, norm_err <= 0.0001``."""
+        return (f"{self.dtype}: rtol {self.rtol:g}, err_ratio <= {self.max_err_ratio:g}, "
+                f"norm_err <= {self.max_norm_err:g}")
+
+
+# unit roundoff u: float64 2^-53, float32 2^-24, float16 2^-11, bfloat16 2^-8
+STANDARDS = {
+    "float64": Standard("float64", 1e-9, 1e-3, 1e-10),
+    "float32": Standard("float32", 1e-4, 1e-3, 1e-4),
+    "float16": Standard("float16", 2.0 ** -7, 1e-2, 2.0 ** -8),
+    "bfloat16": Standard("bfloat16", 2.0 ** -4, 1e-2, 2.0 ** -5),
+    "exact": Standard("exact", 0.0, 0.0, 0.0),  # integer and bool results
+}
+_PRECISION_ORDER = ("bfloat16", "float16", "float32", "float64")
+_ALIASES = {"half": "float16", "float": "float32", "double": "float64", "complex32": "float16",
+            "complex64": "float32", "complex128": "float64"}
+
+
+def dtype_name(dtype: str) -> str:
+    """``torch.float32`` / ``float32`` / ``complex64`` -> the float standard's key (``float32``)."""
+    name = str(dtype).replace("torch.", "")
+    return _ALIASES.get(name, name)
+
+
+def standard_for(dtypes: Iterable[str]) -> Standard:
+    """The standard of the least precise floating dtype among ``dtypes``; ``exact`` when none is floating."""
+    names = {dtype_name(d) for d in dtypes}
+    for name in _PRECISION_ORDER:
+        if name in names:
+            return STANDARDS[name]
+    return STANDARDS["exact"]
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """How far a call's device results are from the golden ones (the worst over its output tensors)."""
+
+    max_abs_err: float
+    max_rel_err: float
+    err_ratio: float
+    norm_err: float
+    nonfinite: int
+
+    def as_dict(self) -> dict:
+        """A JSON-ready dict (inf stays a float: json writes ``Infinity``)."""
+        return {"max_abs_err": self.max_abs_err, "max_rel_err": self.max_rel_err, "err_ratio": self.err_ratio,
+                "norm_err": self.norm_err, "nonfinite": self.nonfinite}
+
+    @classmethod
+    def from_dict(cls, entry: dict) -> Metrics:
+        """Metrics read back from replay.json."""
+        return cls(*(float(entry.get(k, math.nan)) for k in ("max_abs_err", "max_rel_err", "err_ratio",
+                                                              "norm_err")), int(entry.get("nonfinite", 0)))
+
+    def worst(self, other: Metrics) -> Metrics:
+        """The larger of each metric (a call's outputs combined)."""
+        return Metrics(max(self.max_abs_err, other.max_abs_err), max(self.max_rel_err, other.max_rel_err),
+                       max(self.err_ratio, other.err_ratio), max(self.norm_err, other.norm_err),
+                       self.nonfinite + other.nonfinite)
+
+
+def judge(metrics: Metrics, standard: Standard) -> Optional[str]:
+    """Why ``metrics`` break ``standard`` (one line), or None when the call passes."""
+    why = []
+    if metrics.nonfinite:
+        why.append(f"{metrics.nonfinite} element(s) inf/nan where the float64 result is not (or the reverse)")
+    if metrics.err_ratio > standard.max_err_ratio:
+        why.append(f"{metrics.err_ratio:.2%} of elements off by more than rtol {standard.rtol:g} "
+                   f"(limit {standard.max_err_ratio:.2%})")
+    if metrics.norm_err > standard.max_norm_err:
+        why.append(f"norm error {metrics.norm_err:.3g} (limit {standard.max_norm_err:g})")
+    return "; ".join(why) or None
+
+
+@dataclass(frozen=True)
+class ReplayRow:
+    """One replayed call (a forward, or the backward of one) as replay.csv and replay.json hold it."""
+
+    index: int
+    name: str
+    dtype: str
+    shape: tuple
+    verdict: str  # pass, suspect or skipped
+    metrics: Optional[Metrics] = None
+    standard: Optional[Standard] = None
+    reason: str = ""  # why it was skipped, or why it is a suspect
+    stack: tuple = ()  # the user's frames (Frame), innermost first
+
+    def as_dict(self) -> dict:
+        """replay.json's entry for a suspect."""
+        return {"index": self.index, "name": self.name, "dtype": self.dtype, "shape": list(self.shape),
+                "metrics": self.metrics.as_dict() if self.metrics else None,
+                "threshold": self.standard.as_dict() if self.standard else None, "reason": self.reason,
+                "stack": [f.as_dict() for f in self.stack]}
+
+    @classmethod
+    def from_dict(cls, entry: dict) -> ReplayRow:
+        """A suspect entry of replay.json read back."""
+        threshold = entry.get("threshold")
+        standard = Standard(**threshold) if isinstance(threshold, dict) else None
+        metrics = entry.get("metrics")
+        frames = tuple(Frame(str(f.get("file", "")), int(f.get("line", 0)), str(f.get("function", "")),
+                             str(f.get("code", ""))) for f in entry.get("stack") or () if isinstance(f, dict))
+        return cls(int(entry.get("index", -1)), str(entry["name"]), str(entry.get("dtype", "")),
+                   tuple(entry.get("shape") or ()), SUSPECT,
+                   Metrics.from_dict(metrics) if isinstance(metrics, dict) else None, standard,
+                   str(entry.get("reason", "")), frames)
+
+
+def replay_csv(rows: list) -> bytes:
+    """replay.csv: the header (:data:`REPLAY_COLUMNS`) and one line per row, in execution order."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(REPLAY_COLUMNS)
+    for r in rows:
+        m = r.metrics
+        numbers = [f"{m.max_abs_err:.6g}", f"{m.max_rel_err:.6g}", f"{m.err_ratio:.6g}", f"{m.norm_err:.6g}",
+                   str(m.nonfinite)] if m else [""] * 5
+        writer.writerow([r.index, r.name, r.dtype, json.dumps(list(r.shape)), r.verdict, *numbers,
+                         r.standard.text() if r.standard else "", r.reason])
+    return out.getvalue().encode("utf-8")
+
+
+def replay_summary(step: int, rank: int, rows: list) -> dict:
+    """replay.json: the counts, the skip reasons, the suspects in execution order and the first of them."""
+    suspects = [r for r in rows if r.verdict == SUSPECT]
+    reasons: dict = {}
+    for r in rows:
+        if r.verdict == SKIPPED:
+            reasons[r.reason] = reasons.get(r.reason, 0) + 1
+    return {
+        "task": "replay", "step": step, "rank": rank, "calls": len(rows),
+        "checked": sum(r.verdict != SKIPPED for r in rows), "skipped": sum(reasons.values()),
+        "skip_reasons": reasons, "standards": {k: s.as_dict() for k, s in STANDARDS.items()},
+        "suspects": [r.as_dict() for r in suspects],
+        "first_suspect": suspects[0].name if suspects else None,
+    }
+
+
+@dataclass(frozen=True)
+class ReplayReport:
+    """One replayed step of one rank, read from its replay.json."""
+
+    source: str
+    step: Optional[int]
+    rank: Optional[int]
+    calls: int
+    checked: int
+    skipped: int
+    skip_reasons: tuple  # (reason, count), most frequent first
+    suspects: tuple  # ReplayRow, execution order
+
+    @property
+    def first_suspect(self) -> Optional[ReplayRow]:
+        """The first call in execution order the device got wrong, or None."""
+        return self.suspects[0] if self.suspects else None
+
+    @classmethod
+    def from_summary(cls, payload: Any, source: str) -> ReplayReport:
+        """Build from replay.json's content; InputError naming ``source`` when it is not one."""
+        if not isinstance(payload, dict) or payload.get("task") != "replay" or "suspects" not in payload:
+            raise InputError(f"{source} is not a replay.json written by ascend_tune (task='replay'); "
+                             "pass the dump folder of a run with precision=dict(task='replay')")
+        try:
+            reasons = sorted((payload.get("skip_reasons") or {}).items(), key=lambda kv: (-kv[1], kv[0]))
+            return cls(source, payload.get("step"), payload.get("rank"), int(payload.get("calls", 0)),
+                       int(payload["checked"]), int(payload["skipped"]), tuple(reasons),
+                       tuple(ReplayRow.from_dict(e) for e in payload["suspects"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InputError(f"{source} is a damaged replay.json ({type(exc).__name__}: {exc})") from None
+
+
+@dataclass(frozen=True)
+class ReplayVerdict:
+    """Every replayed step found at a location, by step then rank."""
+
+    location: str
+    reports: tuple
+
+    @property
+    def suspects(self) -> int:
+        """Suspects over all reports."""
+        return sum(len(r.suspects) for r in self.reports)
+
+    @property
+    def first(self) -> Optional[tuple]:
+        """``(report, row)`` of the first suspect of the earliest step that has one, or None."""
+        for report in self.reports:
+            if report.suspects:
+                return report, report.suspects[0]
+        return None
+
+
+def replay_verdict(path: str, step: Optional[int] = None, rank: Optional[int] = None) -> ReplayVerdict:
+    """Read the replay.json files at ``path`` (a dump root, a step or rank folder, a replay.json or an archive made
+    by ``pack``), keeping those of ``step`` / ``rank`` when given. InputError when there is none."""
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise InputError(f"{path} does not exist; pass the dump folder of a replayed run or its replay.json")
+    if os.path.isdir(path):
+        files = DumpFiles(path, root=path)
+    elif is_archive(path):
+        files = DumpFiles(path, archive=VerifiedArchive(path))
+    elif os.path.basename(path).endswith(".json"):
+        files = DumpFiles(path, root=os.path.dirname(os.path.abspath(path)))
+        return _verdict(path, files, [os.path.basename(path)], step, rank)
+    else:
+        raise InputError(f"{path} is not a replay: pass a dump folder, a replay.json or an archive made by pack")
+    try:
+        names = [n for n in files.names() if n.rpartition("/")[2] == REPLAY_JSON]
+        return _verdict(path, files, names, step, rank)
+    finally:
+        files.close()
+
+
+def _verdict(path: str, files: DumpFiles, names: list, step: Optional[int], rank: Optional[int]) -> ReplayVerdict:
+    if not names:
+        raise InputError(f"{path} holds no {REPLAY_JSON}; replay a step with precision=dict(task='replay', "
+                         "steps=[0]) (or ASCEND_TUNE_DUMP=task=replay,steps=0) and pass its dump folder")
+    reports = []
+    for name in names:
+        label = os.path.join(files.label, name) if os.path.isdir(files.label) else f"{files.label}:{name}"
+        try:
+            payload = json.loads(files.read(name))
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise InputError(f"{label} is not readable JSON ({exc}); was the run interrupted?") from None
+        report = ReplayReport.from_summary(payload, label)
+        if report.step is None or report.rank is None:  # fall back on the folder names
+            parts = name.split("/")
+            report = _with_place(report, parts)
+        reports.append(report)
+    kept = [r for r in reports if step in (None, r.step) and rank in (None, r.rank)]
+    if not kept:
+        have = ", ".join(f"step {r.step} rank {r.rank}" for r in reports[:6])
+        raise InputError(f"{path} has no replay for step={step} rank={rank}; it has: {have}")
+    kept.sort(key=lambda r: (-1 if r.step is None else r.step, -1 if r.rank is None else r.rank, r.source))
+    return ReplayVerdict(path, tuple(kept))
+
+
+def _with_place(report: ReplayReport, parts: list) -> ReplayReport:
+    rank = report.rank
+    if rank is None and len(parts) >= 2:
+        rank = rank_of_dump_dir(parts[-2])
+    step = report.step
+    for part in reversed(parts[:-1]):
+        if step is None and step_of_dir(part) is not None:
+            step = step_of_dir(part)
+    return replace(report, step=step, rank=rank)

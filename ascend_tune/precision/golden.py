@@ -1,0 +1,278 @@
+"""The golden side of a replayed call: its arguments copied to the CPU in float64, why a call cannot be replayed,
+and how far the device's result is from the golden one.
+
+Copies: a floating tensor becomes a float64 CPU copy (complex: complex128), an integer or bool tensor a CPU copy
+of the same dtype, a floating ``torch.dtype`` argument ``torch.float64`` (``softmax(x, dtype=torch.float32)`` is
+computed in float64 too: a golden value in float32 would not be golden), a device argument the CPU; everything
+else is passed as it was. The same tensor passed twice is copied once (``x * x``, ``x.add_(x)``).
+The metrics and the verdict rule are :mod:`ascend_tune.analysis.dumps.replay`'s.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Optional
+
+import numpy as np
+import torch
+
+from ..analysis.dumps.replay import Metrics, Standard, standard_for
+
+MAX_DEPTH = 16
+CPU = torch.device("cpu")
+_FLOAT = {torch.float16, torch.bfloat16, torch.float32, torch.float64}
+_COMPLEX = {torch.complex32, torch.complex64, torch.complex128}
+_DEVICE_TEXT = re.compile(r"^[a-z_]+[a-z0-9_]*(:\d+)?$")
+_PLAIN = (bool, int, float, str, type(None))
+
+_RANDOM = frozenset(
+    "Functional.dropout Functional.alpha_dropout Functional.dropout1d Functional.dropout2d Functional.dropout3d "
+    "Functional.feature_alpha_dropout Functional.rrelu Functional.rrelu_ Functional.gumbel_softmax Torch.dropout "
+    "Torch.dropout_ Torch.alpha_dropout Torch.alpha_dropout_ Torch.feature_alpha_dropout "
+    "Torch.feature_alpha_dropout_ Torch.feature_dropout Torch.feature_dropout_ Torch.bernoulli Torch.multinomial "
+    "Torch.normal Torch.poisson Torch.rand Torch.rand_like Torch.randn Torch.randn_like Torch.randint "
+    "Torch.randint_like Torch.randperm Torch.binomial Torch.rrelu Torch.rrelu_ Torch.native_dropout "
+    "Tensor.bernoulli Tensor.bernoulli_ Tensor.cauchy_ Tensor.exponential_ Tensor.geometric_ Tensor.log_normal_ "
+    "Tensor.normal_ Tensor.random_ Tensor.uniform_ Tensor.multinomial".split()
+)
+# dropout-like calls are deterministic when they drop nothing: (name of p, position of p, name of the training flag,
+# position of the flag, the flag's default)
+_DROPOUT_ARGS = {
+    "Functional.dropout": ("p", 1, "training", 2, True), "Functional.alpha_dropout": ("p", 1, "training", 2, False),
+    "Functional.dropout1d": ("p", 1, "training", 2, True), "Functional.dropout2d": ("p", 1, "training", 2, True),
+    "Functional.dropout3d": ("p", 1, "training", 2, True),
+    "Functional.feature_alpha_dropout": ("p", 1, "training", 2, False),
+    "Functional.rrelu": (None, None, "training", 3, False), "Functional.rrelu_": (None, None, "training", 3, False),
+    "Torch.dropout": ("p", 1, "train", 2, True), "Torch.alpha_dropout": ("p", 1, "train", 2, True),
+    "Torch.feature_alpha_dropout": ("p", 1, "train", 2, True), "Torch.feature_dropout": ("p", 1, "train", 2, True),
+}
+_ATTENTION_DROPOUT = {"Functional.scaled_dot_product_attention": ("dropout_p", 4)}
+# sorting ops whose index outputs may break ties either way
+TIE_BREAKING = frozenset("sort argsort topk kthvalue mode median nanmedian max min cummax cummin argmax argmin "
+                         "msort".split())
+
+
+class Unreplayable(Exception):
+    """A call the CPU cannot replay meaningfully; the message is the reason written to replay.csv."""
+
+
+def is_inplace(name: str, kwargs: dict) -> bool:
+    """Whether the call writes into its first argument (``add_``, ``__iadd__``, ``__setitem__``, ``inplace=True``)."""
+    method = name.rpartition(".")[2]
+    if method.endswith("_") and not method.startswith("__"):
+        return True
+    if method == "__setitem__" or (method.startswith("__i") and method.endswith("__")):
+        return True
+    return kwargs.get("inplace") is True
+
+
+def skip_reason(name: str, args: tuple, kwargs: dict) -> Optional[str]:
+    """Why the call ``name`` (its base name, ``Functional.gelu``) is not replayed, or None when it is."""
+    if name.startswith("Distributed."):
+        return "collective: its result depends on the other ranks"
+    if name in _RANDOM and not _drops_nothing(name, args, kwargs):
+        return "random: the device's generator state is not reproduced on the CPU"
+    if name in _ATTENTION_DROPOUT:
+        key, pos = _ATTENTION_DROPOUT[name]
+        if _arg(args, kwargs, key, pos, 0.0) not in (0, 0.0):
+            return "random: attention dropout, the device's generator state is not reproduced on the CPU"
+    written = []
+    if is_inplace(name, kwargs) and args and isinstance(args[0], torch.Tensor):
+        written.append(args[0])
+    out = kwargs.get("out")
+    written += [t for t in (out if isinstance(out, (list, tuple)) else [out]) if isinstance(t, torch.Tensor)]
+    if any(t._is_view() for t in written):
+        return "in-place on a view: it writes through to the tensor it views"
+    return None
+
+
+def _drops_nothing(name: str, args: tuple, kwargs: dict) -> bool:
+    spec = _DROPOUT_ARGS.get(name)
+    if spec is None:
+        return False
+    p_name, p_pos, flag_name, flag_pos, flag_default = spec
+    if _arg(args, kwargs, flag_name, flag_pos, flag_default) is False:
+        return True
+    return p_name is not None and _arg(args, kwargs, p_name, p_pos, 0.5) in (0, 0.0)
+
+
+def _arg(args: tuple, kwargs: dict, key: str, pos: int, default: Any) -> Any:
+    if key in kwargs:
+        return kwargs[key]
+    return args[pos] if len(args) > pos else default
+
+
+class GoldenCopy:
+    """Copies a call's arguments to the CPU in float64 (see the module docstring).
+
+    ``grad``: the positions (in :func:`tensors_in` order of the arguments) of tensors whose copies require grad,
+    for a backward replay; :attr:`tensors` holds every tensor copy in that order.
+    """
+
+    def __init__(self, grad: frozenset = frozenset()):
+        self._grad = grad
+        self._memo: dict = {}
+        self.tensors: list = []
+
+    def call_args(self, func: Any, args: tuple, kwargs: dict) -> tuple:
+        """``(args, kwargs)`` for the CPU replay of ``func(*args, **kwargs)``."""
+        gargs = tuple(self.copy(a) for a in args)
+        gkwargs = {k: self.copy(v) for k, v in kwargs.items()}
+        if "device" in gkwargs and gkwargs["device"] is not None:
+            gkwargs["device"] = CPU
+        if gkwargs.get("pin_memory"):
+            gkwargs["pin_memory"] = False
+        if func is torch.Tensor.to:  # x.to("npu:0"): a device named by a string
+            gargs = tuple("cpu" if isinstance(a, str) and _DEVICE_TEXT.match(a) else a for a in gargs)
+        return gargs, gkwargs
+
+    def copy(self, value: Any, depth: int = 0) -> Any:
+        """One argument's golden form."""
+        if isinstance(value, torch.Tensor):
+            return self._tensor(value)
+        if isinstance(value, _PLAIN):
+            return value
+        if isinstance(value, torch.dtype):
+            if value in _FLOAT:
+                return torch.float64
+            return torch.complex128 if value in _COMPLEX else value
+        if isinstance(value, torch.device):
+            return CPU
+        if depth > MAX_DEPTH:
+            raise Unreplayable("arguments nested too deep to copy")
+        if isinstance(value, list):
+            return [self.copy(v, depth + 1) for v in value]
+        if isinstance(value, tuple):
+            items = [self.copy(v, depth + 1) for v in value]
+            return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
+        if isinstance(value, dict):
+            return {k: self.copy(v, depth + 1) for k, v in value.items()}
+        return value
+
+    def _tensor(self, tensor: torch.Tensor) -> torch.Tensor:
+        known = self._memo.get(id(tensor))
+        if known is not None:
+            return known
+        if type(tensor) not in (torch.Tensor, torch.nn.Parameter) or tensor.layout != torch.strided:
+            raise Unreplayable(f"a {type(tensor).__name__} argument ({tensor.layout}): only dense tensors are copied")
+        if tensor.device.type == "meta":
+            raise Unreplayable("a meta tensor argument has no values")
+        dtype = tensor.dtype
+        target = torch.float64 if dtype in _FLOAT else torch.complex128 if dtype in _COMPLEX else dtype
+        copy = tensor.detach().to(device=CPU, dtype=target, copy=True)
+        if len(self.tensors) in self._grad and copy.is_floating_point():
+            copy.requires_grad_(True)
+        self._memo[id(tensor)] = copy
+        self.tensors.append(copy)
+        return copy
+
+
+def tensors_in(value: Any, depth: int = 0) -> list:
+    """The tensors of an argument or result structure, in order (the order :class:`GoldenCopy` copies them in)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if depth > MAX_DEPTH or isinstance(value, _PLAIN):
+        return []
+    if isinstance(value, dict):
+        value = list(value.values())
+    if not isinstance(value, (list, tuple)):
+        return []
+    out = []
+    for item in value:
+        if isinstance(item, torch.Tensor):
+            out.append(item)
+        elif isinstance(item, (list, tuple, dict)):
+            out.extend(tensors_in(item, depth + 1))
+    return out
+
+
+def unique_tensors(value: Any) -> list:
+    """:func:`tensors_in` with each tensor once (the first time it appears)."""
+    seen: set = set()
+    out = []
+    for t in tensors_in(value):
+        if id(t) not in seen:
+            seen.add(id(t))
+            out.append(t)
+    return out
+
+
+_STANDARD_NAMES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.complex32: "float16",
+                   torch.float32: "float32", torch.complex64: "float32", torch.float64: "float64",
+                   torch.complex128: "float64"}
+
+
+def standard_of(tensors: list, extra: tuple = ()) -> Standard:
+    """The standard of the least precise floating dtype among ``tensors`` and the dtypes ``extra``."""
+    names = {_STANDARD_NAMES.get(t.dtype) for t in tensors if t is not None}
+    names.update(_STANDARD_NAMES.get(d) for d in extra)
+    names.discard(None)
+    return standard_for(names)
+
+
+class Scratch:
+    """A float64 work buffer reused across a step's measurements (sized to the largest tensor measured), so a
+    measurement allocates one array, the device result's float64 copy; past ``KEEP`` elements it is not kept."""
+
+    KEEP = 1 << 22
+
+    def __init__(self) -> None:
+        self._buffer = np.empty(0)
+
+    def buffer(self, n: int) -> np.ndarray:
+        """A float64 array of ``n`` elements."""
+        if n > self.KEEP:
+            return np.empty(n)
+        if self._buffer.size < n:
+            self._buffer = np.empty(n)
+        return self._buffer[:n]
+
+
+def measure(device: torch.Tensor, golden: torch.Tensor, rtol: float, scratch: Optional[Scratch] = None) -> Metrics:
+    """How far ``device`` (any dtype and device) is from ``golden`` (CPU, float64 or integer): see
+    :mod:`ascend_tune.analysis.dumps.replay`. Raises Unreplayable when the shapes differ.
+
+    Computed in numpy, in place: for the tensors of a training step, the temporaries of a dozen reductions
+    would cost more than the comparison itself.
+    """
+    if device.shape != golden.shape:
+        raise Unreplayable(f"the CPU replay's shape {list(golden.shape)} differs from the device's "
+                           f"{list(device.shape)}")
+    device, golden = device.detach(), golden.detach()
+    if device.is_complex():
+        device, golden = torch.view_as_real(device), torch.view_as_real(golden)
+    n = device.numel()
+    if n == 0:
+        return Metrics(0.0, 0.0, 0.0, 0.0, 0)
+    diff = device.to(device=CPU, dtype=torch.float64, copy=True).numpy().reshape(-1)
+    gn = golden.to(dtype=torch.float64).contiguous().numpy().reshape(-1)
+    work = (scratch or Scratch()).buffer(n)
+    with np.errstate(all="ignore"):
+        nonfinite = 0
+        np.subtract(diff, gn, out=work)
+        np.abs(work, out=work)
+        max_abs = float(work.max())
+        if not math.isfinite(max_abs):  # inf/nan on either side: equal ones agree, the others count apart
+            both = np.isfinite(diff) & np.isfinite(gn)
+            same = (diff == gn) | (np.isnan(diff) & np.isnan(gn))
+            nonfinite = int(np.count_nonzero(~both & ~same))
+            gn = np.where(both, gn, 0.0)
+            np.abs(np.where(both, diff, 0.0) - gn, out=work)
+            max_abs = float(work.max())
+        if max_abs == 0.0 and not nonfinite:
+            return Metrics(0.0, 0.0, 0.0, 0.0, 0)
+        diff, work = work, diff  # diff = |device - golden|; the device copy's memory becomes the work buffer
+        norm = math.sqrt(float(np.square(gn, out=work).sum()))
+        diff_norm = math.sqrt(float(np.square(diff, out=work).sum()))
+        rms = norm / math.sqrt(n)
+        if rms > 0:
+            np.abs(gn, out=work)
+            np.maximum(work, rms, out=work)
+            np.divide(diff, work, out=work)
+        else:
+            np.copyto(work, np.where(diff > 0, np.inf, 0.0))
+        max_rel = float(work.max())
+        over = (int(np.count_nonzero(work > rtol)) if max_rel > rtol else 0) + nonfinite
+    norm_err = diff_norm / norm if norm > 0 else (0.0 if diff_norm == 0 else math.inf)
+    return Metrics(max_abs, max_rel, min(over / n, 1.0), norm_err, nonfinite)

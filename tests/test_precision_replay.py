@@ -1,0 +1,297 @@
+"""precision=dict(task="replay"): each API call of a step recomputed on the CPU in float64; the device's wrong ones
+named. The CPU is the device here, so a broken device kernel is a float32 CPU kernel registered over torch's own
+through torch.library, exact in float64 (the golden side) and 1e-3 relative off in float32."""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import gc
+import json
+import logging
+import math
+import os
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import read_jsonl
+from torch import nn
+from torch.utils.data import DataLoader
+
+from ascend_tune import AscendTuneError, PrecisionConfig, TrainingMonitor
+from ascend_tune.analysis.dumps.replay import replay_verdict
+from ascend_tune.cli import main
+from ascend_tune.precision import read_dump
+from ascend_tune.testing.transformer import TinyGPT, synthetic_tokens
+
+OFF = 1e-3  # the broken kernels' relative error in float32
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@contextlib.contextmanager
+def broken_kernel(op: str, fn):
+    """``fn`` as aten::``op``'s CPU kernel for the block (torch's own kernel is back afterwards)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "Overriding a previously registered kernel"
+        lib = torch.library.Library("aten", "IMPL")
+        lib.impl(op, fn, "CPU")
+    try:
+        yield
+    finally:
+        lib._destroy()
+
+
+def _off_in_float32(result: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return (result * (1 + OFF) if dtype == torch.float32 else result).to(dtype)
+
+
+def gelu_1e3_off(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
+    x64 = x.to(torch.float64)  # the formula in float64, never aten::gelu itself (that is this kernel)
+    if approximate == "tanh":
+        y = 0.5 * x64 * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x64 + 0.044715 * x64 ** 3)))
+    else:
+        y = 0.5 * x64 * (1 + torch.erf(x64 / math.sqrt(2)))
+    return _off_in_float32(y, x.dtype)
+
+
+def softmax_1e3_off(x: torch.Tensor, dim: int, half_to_float: bool) -> torch.Tensor:
+    x64 = x.to(torch.float64)
+    e = torch.exp(x64 - x64.amax(dim, keepdim=True))
+    return _off_in_float32(e / e.sum(dim, keepdim=True), x.dtype)
+
+
+def train(log_dir, precision=None, steps: int = 1, autocast: bool = False, monitor: bool = True, **gpt) -> list:
+    """A few steps of the tiny GPT with AdamW, as a user writes them; returns the losses."""
+    torch.manual_seed(0)
+    model = TinyGPT(**gpt)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    loader = DataLoader(synthetic_tokens(n=4 * steps), batch_size=4)
+    losses = []
+    block = TrainingMonitor(model, optimizer, loader, log_dir=log_dir, quiet=True, tune=False,
+                            precision=precision) if monitor else contextlib.nullcontext()
+    with block:
+        for x, y in loader:
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                loss = model(x, y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.detach().clone())
+    return losses + [p.detach().clone() for p in model.parameters()]
+
+
+def replayed(log_dir, step: int = 0) -> tuple:
+    rank_dir = os.path.join(log_dir, "dump", f"step{step}", "rank0")
+    with open(os.path.join(rank_dir, "replay.json"), encoding="utf-8") as fh:
+        summary = json.load(fh)
+    with open(os.path.join(rank_dir, "replay.csv"), newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    return summary, rows
+
+
+MODEL_CALLS = ("Functional.embedding", "Functional.layer_norm", "Functional.linear", "Functional.gelu",
+               "Functional.softmax", "Functional.scaled_dot_product_attention", "Functional.cross_entropy",
+               "Tensor.__matmul__", "Tensor.masked_fill", "Tensor.__add__")
+
+
+@pytest.mark.parametrize("autocast", [False, True], ids=["float32", "bf16-autocast"])
+def test_a_correct_run_names_nothing_and_checks_every_forward_call(tmp_path, caplog, autocast):
+    with caplog.at_level(logging.INFO, logger="ascend_tune"):
+        train(tmp_path / "replay", dict(task="replay", steps=[0]), autocast=autocast)
+    summary, rows = replayed(tmp_path / "replay")
+    assert summary["first_suspect"] is None and summary["suspects"] == []
+    assert sorted(os.listdir(tmp_path / "replay" / "dump" / "step0" / "rank0")) == ["replay.csv", "replay.json"]
+    # every forward call the dump engine sees in that step is a row, and all but the random ones are checked
+    train(tmp_path / "dump", dict(task="statistics", steps=[0]), autocast=autocast)
+    dumped = [n for n in read_dump(tmp_path / "dump" / "dump" / "step0").names if n.endswith(".forward")]
+    forward = [r for r in rows if r["name"].endswith(".forward")]
+    assert [r["name"] for r in forward] == dumped
+    skipped = {r["name"].rsplit(".", 2)[0] for r in forward if r["verdict"] == "skipped"}
+    assert skipped == {"Functional.dropout"}
+    checked = {r["name"].rsplit(".", 2)[0] for r in forward if r["verdict"] == "pass"}
+    assert set(MODEL_CALLS) <= checked
+    assert summary["checked"] >= len(forward) - 4  # 2 blocks x 2 dropouts
+    # backward too, where the call's own graph leads back to its arguments
+    backward = {r["name"].rsplit(".", 2)[0] for r in rows if r["name"].endswith(".backward") and r["verdict"] == "pass"}
+    assert {"Functional.linear", "Functional.gelu", "Functional.softmax", "Functional.layer_norm",
+            "Functional.scaled_dot_product_attention", "Functional.embedding", "Functional.cross_entropy"} <= backward
+    if autocast:
+        assert {r["dtype"] for r in rows if r["name"].startswith("Functional.linear.")} >= {"bfloat16"}
+        assert any(r["threshold"].startswith("bfloat16") for r in rows)
+    assert any("no suspect" in r.getMessage() and "replay step 0" in r.getMessage() for r in caplog.records)
+    assert main(["replay", str(tmp_path / "replay" / "dump")]) == 0
+
+
+@pytest.mark.parametrize(("op", "kernel", "first"), [
+    ("gelu", gelu_1e3_off, "Functional.gelu.0.forward"),
+    ("_softmax", softmax_1e3_off, "Functional.softmax.0.forward"),
+], ids=["gelu", "softmax"])
+def test_a_float32_kernel_1e3_off_is_named_first(tmp_path, caplog, capsys, op, kernel, first):
+    with broken_kernel(op, kernel), caplog.at_level(logging.INFO, logger="ascend_tune"):
+        train(tmp_path, dict(task="replay", steps=[0]))
+    summary, rows = replayed(tmp_path)
+    assert summary["first_suspect"] == first
+    suspect = summary["suspects"][0]
+    assert suspect["name"] == first and suspect["dtype"] == "float32"
+    assert suspect["metrics"]["norm_err"] == pytest.approx(OFF, rel=0.05)
+    assert suspect["threshold"]["dtype"] == "float32" and suspect["metrics"]["norm_err"] > 5 * suspect[
+        "threshold"]["max_norm_err"]
+    frame = suspect["stack"][0]
+    assert frame["file"].endswith(os.path.join("testing", "transformer.py"))
+    assert ("F.gelu" if op == "gelu" else "F.softmax") in frame["code"]
+    # only the broken op's calls are suspects: the ops after it compute right from the wrong inputs they get
+    assert {s["name"].rsplit(".", 2)[0] for s in summary["suspects"]} == {first.rsplit(".", 2)[0]}
+    assert [r["name"] for r in rows if r["verdict"] == "suspect"][0] == first
+    warning = next(r.getMessage() for r in caplog.records if "replay step 0" in r.getMessage())
+    assert f"the first {first} at {frame['file']}:{frame['line']}" in warning
+    events = [e for e in read_jsonl(tmp_path / "metrics.jsonl") if e.get("event") == "precision_replay"]
+    assert events[0]["first_suspect"] == first
+    with open(tmp_path / "summary.json", encoding="utf-8") as fh:
+        assert json.load(fh)["precision"]["replay"]["first_suspect"] == first
+    capsys.readouterr()
+    assert main(["replay", str(tmp_path / "dump")]) == 1
+    out = capsys.readouterr().out
+    assert f"first suspect: {first} (float32" in out and "verdict: SUSPECTS" in out
+    assert main(["replay", str(tmp_path / "dump" / "step0" / "rank0" / "replay.json"), "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["first_suspect"]["name"] == first
+
+
+def test_a_broken_kernel_under_bf16_autocast_is_named_where_it_runs_in_float32(tmp_path):
+    # under CPU autocast cross_entropy runs in float32; a log_softmax kernel 1e-3 off there is caught
+    def log_softmax_1e3_off(x, dim, half_to_float):
+        x64 = x.to(torch.float64)
+        y = x64 - torch.logsumexp(x64, dim, keepdim=True)
+        return _off_in_float32(y, x.dtype)
+
+    with broken_kernel("_log_softmax", log_softmax_1e3_off):
+        train(tmp_path, dict(task="replay", steps=[0]), autocast=True)
+    summary, _ = replayed(tmp_path)
+    assert summary["first_suspect"] == "Functional.cross_entropy.0.forward"
+
+
+def test_the_run_goes_on_with_the_device_results(tmp_path):
+    # dropout draws from the generator in every step: the replay must neither draw nor change a value
+    plain = train(tmp_path / "plain", steps=3, monitor=False)
+    replay = train(tmp_path / "replay", dict(task="replay", steps=[0, 1]), steps=3)
+    assert len(plain) == len(replay)
+    assert all(torch.equal(a, b) for a, b in zip(plain, replay))
+    with broken_kernel("gelu", gelu_1e3_off):  # a suspect changes nothing either
+        plain = train(tmp_path / "plain2", steps=2, monitor=False)
+        replay = train(tmp_path / "replay2", dict(task="replay", steps=[0]), steps=2)
+    assert all(torch.equal(a, b) for a, b in zip(plain, replay))
+
+
+class Probe(nn.Module):
+    """Counts the float64 tensors alive when it runs, between the model's ops (the model itself is float32)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gc.collect()
+        self.seen.append(sum(1 for o in gc.get_objects() if type(o) is torch.Tensor and o.dtype == torch.float64))
+        return x
+
+
+def test_nothing_is_kept_after_a_comparison(tmp_path):
+    torch.manual_seed(0)
+    probe = Probe()
+    model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), probe, nn.Linear(16, 16), nn.Tanh(), probe, nn.Linear(16, 4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(8, 8), torch.randint(0, 4, (8,))
+    before = sum(1 for o in gc.get_objects() if type(o) is torch.Tensor and o.dtype == torch.float64)
+    with TrainingMonitor(model, optimizer, log_dir=tmp_path, quiet=True, precision=dict(task="replay", steps=[0])):
+        for _ in range(2):
+            loss = F.cross_entropy(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    assert probe.seen == [before] * 4  # no CPU copy outlives its call, in the replayed step or after
+    summary, _ = replayed(tmp_path)
+    assert summary["checked"] > 10 and summary["first_suspect"] is None
+
+
+def test_calls_that_cannot_be_replayed_are_listed_with_their_reason(tmp_path):
+    def hardswish_without_float64(x):
+        if x.dtype == torch.float64:
+            raise RuntimeError("\"hardswish_cpu\" not implemented for 'Double'")
+        return x * torch.clamp(x + 3, 0, 6) / 6
+
+    torch.manual_seed(0)
+    w = torch.randn(4, 6, requires_grad=True)
+    optimizer = torch.optim.SGD([w], lr=0.1)
+    with broken_kernel("hardswish", hardswish_without_float64), TrainingMonitor(
+            optimizer=optimizer, log_dir=tmp_path, quiet=True, precision=dict(task="replay", steps=[0])) as mon:
+        h = F.hardswish(torch.randn(3, 4) @ w)
+        h = F.dropout(h, p=0.5, training=True)
+        h = F.dropout(h, p=0.5, training=False)  # drops nothing: replayed
+        buf = torch.zeros(3, 6)
+        buf[:, 0].add_(1.0)  # in place on a view
+        loss = (h + buf).square().mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        mon.step(loss)
+    summary, rows = replayed(tmp_path)
+    reasons = {r["name"]: r["reason"] for r in rows if r["verdict"] == "skipped"}
+    assert reasons["Functional.hardswish.0.forward"].startswith("no float64 CPU kernel")
+    assert reasons["Functional.dropout.0.forward"].startswith("random:")
+    assert reasons["Tensor.add_.0.forward"].startswith("in-place on a view")
+    assert "Functional.dropout.1.forward" not in reasons
+    assert summary["first_suspect"] is None and summary["skipped"] == len(reasons)
+    assert sum(summary["skip_reasons"].values()) == summary["skipped"]
+
+
+@pytest.mark.parametrize(("data_mode", "directions"), [
+    (["forward"], {"forward"}), (["backward"], {"backward"}), (["all"], {"forward", "backward"}),
+])
+def test_data_mode_chooses_the_directions_replayed(tmp_path, data_mode, directions):
+    train(tmp_path, dict(task="replay", steps=[0], data_mode=data_mode), layers=1)
+    _, rows = replayed(tmp_path)
+    assert {r["name"].rpartition(".")[2] for r in rows} == directions
+
+
+def test_replay_from_the_environment_and_bad_configs(tmp_path, monkeypatch):
+    monkeypatch.setenv("ASCEND_TUNE_DUMP", "task=replay,steps=1")
+    train(tmp_path, steps=2, layers=1)
+    assert sorted(os.listdir(tmp_path / "dump")) == ["step1"]
+    assert replayed(tmp_path, step=1)[0]["checked"] > 0
+    for bad, words in ((dict(backend="msprobe"), "builtin"), (dict(level="mix"), "L1"), (dict(level="L0"), "L1")):
+        with pytest.raises(AscendTuneError, match=words):
+            PrecisionConfig(task="replay", **bad)
+
+
+def test_the_cli_refuses_what_is_not_a_replay(tmp_path, capsys):
+    assert main(["replay", str(tmp_path / "missing")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert main(["replay", str(tmp_path)]) == 2
+    assert "holds no replay.json" in capsys.readouterr().err
+    (tmp_path / "replay.json").write_text('{"task": "statistics"}')
+    assert main(["replay", str(tmp_path / "replay.json")]) == 2
+    assert "not a replay.json" in capsys.readouterr().err
+    (tmp_path / "replay.json").write_text('{"task": "replay", "checked": ')
+    assert main(["replay", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "not readable JSON" in err and len(err.strip().splitlines()) == 1
+
+
+def test_report_shows_the_replay_and_fails_on_suspects(tmp_path, capsys):
+    with broken_kernel("gelu", gelu_1e3_off):
+        train(tmp_path, dict(task="replay", steps=[0]), steps=2)
+    verdict = replay_verdict(str(tmp_path / "dump"))
+    assert verdict.first[1].name == "Functional.gelu.0.forward"
+    assert main(["report", str(tmp_path), "--no-advise"]) == 1
+    text = (tmp_path / "report.md").read_text()
+    assert "## Replay on the CPU in float64" in text
+    assert "first suspect Functional.gelu.0.forward (float32), called at" in text
+    assert "transformer.py" in text
