@@ -212,29 +212,32 @@ def standard_of(tensors: list, extra: tuple = ()) -> Standard:
 
 
 class Scratch:
-    """A float64 work buffer reused across a step's measurements (sized to the largest tensor measured), so a
-    measurement allocates one array, the device result's float64 copy; past ``KEEP`` elements it is not kept."""
+    """Two float64 work buffers reused across a step's measurements (sized to the largest tensor measured), so a
+    measurement allocates nothing; past ``KEEP`` elements they are allocated for that tensor only."""
 
     KEEP = 1 << 22
 
     def __init__(self) -> None:
-        self._buffer = np.empty(0)
+        self._a = self._b = np.empty(0)
 
-    def buffer(self, n: int) -> np.ndarray:
-        """A float64 array of ``n`` elements."""
+    def buffers(self, n: int) -> tuple:
+        """Two float64 arrays of ``n`` elements."""
         if n > self.KEEP:
-            return np.empty(n)
-        if self._buffer.size < n:
-            self._buffer = np.empty(n)
-        return self._buffer[:n]
+            return np.empty(n), np.empty(n)
+        if self._a.size < n:
+            self._a, self._b = np.empty(n), np.empty(n)
+        return self._a[:n], self._b[:n]
+
+
+_NUMPY_READY = {torch.float32, torch.float64}
 
 
 def measure(device: torch.Tensor, golden: torch.Tensor, rtol: float, scratch: Optional[Scratch] = None) -> Metrics:
     """How far ``device`` (any dtype and device) is from ``golden`` (CPU, float64 or integer): see
     :mod:`ascend_tune.analysis.dumps.replay`. Raises Unreplayable when the shapes differ.
 
-    Computed in numpy, in place: for the tensors of a training step, the temporaries of a dozen reductions
-    would cost more than the comparison itself.
+    Computed in numpy over read-only views of the two results and two reused buffers: memory writes are what a
+    comparison of large tensors costs, so it makes as few as it can and allocates nothing.
     """
     if device.shape != golden.shape:
         raise Unreplayable(f"the CPU replay's shape {list(golden.shape)} differs from the device's "
@@ -245,26 +248,28 @@ def measure(device: torch.Tensor, golden: torch.Tensor, rtol: float, scratch: Op
     n = device.numel()
     if n == 0:
         return Metrics(0.0, 0.0, 0.0, 0.0, 0)
-    diff = device.to(device=CPU, dtype=torch.float64, copy=True).numpy().reshape(-1)
-    gn = golden.to(dtype=torch.float64).contiguous().numpy().reshape(-1)
-    work = (scratch or Scratch()).buffer(n)
+    if device.device.type != "cpu":
+        device = device.to(CPU)
+    if device.dtype not in _NUMPY_READY:  # bfloat16 (numpy has none), float16, integers, bool: exact in float64
+        device = device.to(torch.float64)
+    dn = device.contiguous().numpy().reshape(-1)  # both read only: a view of the device's result may be the user's
+    gn = golden.to(torch.float64).contiguous().numpy().reshape(-1)
+    diff, work = (scratch or Scratch()).buffers(n)
     with np.errstate(all="ignore"):
         nonfinite = 0
-        np.subtract(diff, gn, out=work)
-        np.abs(work, out=work)
-        max_abs = float(work.max())
+        np.subtract(dn, gn, out=diff)
+        np.abs(diff, out=diff)
+        max_abs = float(diff.max())
         if not math.isfinite(max_abs):  # inf/nan on either side: equal ones agree, the others count apart
-            both = np.isfinite(diff) & np.isfinite(gn)
-            same = (diff == gn) | (np.isnan(diff) & np.isnan(gn))
+            both = np.isfinite(dn) & np.isfinite(gn)
+            same = (dn == gn) | (np.isnan(dn) & np.isnan(gn))
             nonfinite = int(np.count_nonzero(~both & ~same))
             gn = np.where(both, gn, 0.0)
-            np.abs(np.where(both, diff, 0.0) - gn, out=work)
-            max_abs = float(work.max())
+            np.abs(np.where(both, dn, 0.0) - gn, out=diff)
+            max_abs = float(diff.max())
         if max_abs == 0.0 and not nonfinite:
             return Metrics(0.0, 0.0, 0.0, 0.0, 0)
-        diff, work = work, diff  # diff = |device - golden|; the device copy's memory becomes the work buffer
-        norm = math.sqrt(float(np.square(gn, out=work).sum()))
-        diff_norm = math.sqrt(float(np.square(diff, out=work).sum()))
+        norm, diff_norm = _norm(gn, work), _norm(diff, work)
         rms = norm / math.sqrt(n)
         if rms > 0:
             np.abs(gn, out=work)
@@ -276,3 +281,14 @@ def measure(device: torch.Tensor, golden: torch.Tensor, rtol: float, scratch: Op
         over = (int(np.count_nonzero(work > rtol)) if max_rel > rtol else 0) + nonfinite
     norm_err = diff_norm / norm if norm > 0 else (0.0 if diff_norm == 0 else math.inf)
     return Metrics(max_abs, max_rel, min(over / n, 1.0), norm_err, nonfinite)
+
+
+_LARGE = 1 << 14
+
+
+def _norm(x: np.ndarray, work: np.ndarray) -> float:
+    """The 2-norm of ``x``: squares summed in ``work`` for a small array (numpy's fixed cost is the lower), by one
+    torch reduction for a large one (it only reads; numpy's dot would call a BLAS that may start threads)."""
+    if x.size >= _LARGE:
+        return float(torch.linalg.vector_norm(torch.from_numpy(x)))
+    return math.sqrt(float(np.square(x, out=work).sum()))

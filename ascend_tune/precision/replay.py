@@ -21,7 +21,6 @@ Rows, the one log line and the files are :mod:`ascend_tune.analysis.dumps.replay
 
 from __future__ import annotations
 
-import contextlib
 import os
 from types import FrameType
 from typing import Any, Optional
@@ -95,9 +94,8 @@ class StepReplay:
         device_out = _results(name, kwargs, out, args)
         if reason is None and copies is not None:
             try:
-                gargs, gkwargs = copies
-                with torch.no_grad(), _cpu_autocast_off():
-                    gold = func(*gargs, **gkwargs)
+                gargs, gkwargs = copies  # detached copies: no graph is recorded for them
+                gold = _on_cpu(func, gargs, gkwargs)
                 gold_out = _results(name, gkwargs, gold, gargs)
                 del copies, gargs, gkwargs, gold
                 self._compare(name, device_out, gold_out, golden.standard_of(device_out), caller=caller)
@@ -112,6 +110,8 @@ class StepReplay:
                  stack_id: Optional[int] = None) -> None:
         """Measure each output against its golden twin and add the call's row (``caller`` / ``stack_id``: where
         the call was made, for a suspect's frames)."""
+        if not device:
+            raise Unreplayable("no tensor result to compare")
         if len(device) != len(gold):
             raise Unreplayable(f"the CPU replay returned {len(gold)} tensor(s), the device {len(device)}")
         ties = _base(name).rpartition(".")[2] in golden.TIE_BREAKING
@@ -221,8 +221,8 @@ class StepReplay:
             copier = GoldenCopy(grad=frozenset(indices))
             gargs, gkwargs = copier.call_args(watch.func, watch.args, watch.kwargs)
             leaves = [copier.tensors[i] for i in indices]
-            with torch.enable_grad(), _cpu_autocast_off():
-                gold_out = golden.tensors_in(watch.func(*gargs, **gkwargs))[0]
+            with torch.enable_grad():
+                gold_out = golden.tensors_in(_on_cpu(watch.func, gargs, gkwargs))[0]
                 incoming = watch.incoming.detach().to(device="cpu", dtype=gold_out.dtype)
                 gold = torch.autograd.grad(gold_out, leaves, incoming, allow_unused=True)
             gold = [torch.zeros_like(leaf) if g is None else g.detach() for g, leaf in zip(gold, leaves)]
@@ -332,17 +332,24 @@ def _summed(grads: Optional[list], like: torch.Tensor) -> torch.Tensor:
     return total
 
 
-@contextlib.contextmanager
-def _cpu_autocast_off() -> Any:
+def _on_cpu(func: Any, args: tuple, kwargs: dict) -> Any:
+    """``func`` on the golden copies, CPU autocast off (it would compute the golden value in bfloat16)."""
     if torch.is_autocast_enabled("cpu"):
         with torch.autocast("cpu", enabled=False):
-            yield
-    else:
-        yield
+            return func(*args, **kwargs)
+    return func(*args, **kwargs)
+
+
+_DTYPE_NAMES: dict = {}
 
 
 def _dtype(t: Optional[torch.Tensor]) -> str:
-    return str(t.dtype).replace("torch.", "") if isinstance(t, torch.Tensor) else ""
+    if not isinstance(t, torch.Tensor):
+        return ""
+    name = _DTYPE_NAMES.get(t.dtype)
+    if name is None:
+        name = _DTYPE_NAMES[t.dtype] = str(t.dtype).replace("torch.", "")
+    return name
 
 
 def _shape(t: Optional[torch.Tensor]) -> tuple:

@@ -1,0 +1,119 @@
+"""Cost of precision=dict(task="replay"): a replayed step's time as a ratio to a plain step, and the bytes it writes
+against the tensor dump an offline replay (msprobe's run_ut / acc_check route) needs.
+
+Model: the tiny GPT of tests/test_precision_replay.py (ascend_tune.testing.transformer.TinyGPT: embeddings, a
+block attending through F.softmax and one through SDPA, LayerNorm, GELU MLP, cross-entropy) with AdamW, one thread.
+Modes are interleaved over repeats; the figure is the best repeat's median step time (the first steps warm up) as
+a ratio to the plain loop's, measured in the same process. On the CPU a step's time is the process's CPU time
+(user + system, file writes included), which other processes on a shared machine do not inflate as they inflate
+wall time; on CUDA it is wall time with the device synchronized. "replay" replays every step (steps=[]);
+"statistics" is the builtin statistics dump of the same steps, for scale. Sizes: one replayed step's replay.csv +
+replay.json against one step dumped with task="tensor", data_mode=["input"] (every API's inputs: what an offline
+replay loads) and with every tensor (data_mode all).
+Goal: replayed step <= 5x a plain step; replay's files < 1 MB for this model.
+Usage: python benchmarks/replay_overhead.py [--steps 12] [--warmup 3] [--repeats 3] [--dim 32] [--block 8]
+       [--batch 8] [--layers 2] [--foreach] [--device cpu|cuda]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+
+from ascend_tune import TrainingMonitor
+from ascend_tune.testing.transformer import TinyGPT, synthetic_tokens
+
+
+def make(args: argparse.Namespace) -> tuple:
+    torch.manual_seed(0)
+    model = TinyGPT(block=args.block, dim=args.dim, layers=args.layers).to(args.device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=args.foreach or None)
+    x, y = (t.to(args.device) for t in synthetic_tokens(n=args.batch, block=args.block).tensors)
+    return model, optimizer, x, y
+
+
+def timed_steps(args: argparse.Namespace, precision: object = None, log_dir: str = "") -> list:
+    model, optimizer, x, y = make(args)
+    cuda = args.device.startswith("cuda")
+    clock = time.perf_counter if cuda else time.process_time
+    times = []
+    monitor = TrainingMonitor(model, optimizer, log_dir=log_dir, quiet=True, warmup_steps=0, tune=False,
+                              precision=precision) if log_dir else None
+    if monitor is not None:
+        monitor.__enter__()
+    try:
+        for _ in range(args.steps):
+            if cuda:
+                torch.cuda.synchronize()
+            start = clock()
+            loss = model(x, y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            if cuda:
+                torch.cuda.synchronize()
+            times.append(clock() - start)
+    finally:
+        if monitor is not None:
+            monitor.__exit__(None, None, None)
+    return times
+
+
+def folder_bytes(path: str) -> int:
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
+
+
+def main(argv: list = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--dim", type=int, default=32)
+    parser.add_argument("--block", type=int, default=8)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--foreach", action="store_true", help="AdamW(foreach=True), the default on CUDA / NPU")
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    modes = {"plain": None, "statistics": dict(task="statistics", steps=[], backend="builtin"),
+             "replay": dict(task="replay", steps=[])}
+    best = {name: float("inf") for name in modes}
+    with tempfile.TemporaryDirectory() as tmp:
+        timed_steps(args)  # warm the allocator and kernels once
+        for rep in range(args.repeats):
+            for name in (modes if rep % 2 == 0 else list(reversed(modes))):  # machine noise hits all alike
+                log_dir = os.path.join(tmp, f"{name}{rep}") if modes[name] is not None else ""
+                times = timed_steps(args, modes[name], log_dir)
+                best[name] = min(best[name], statistics.median(times[args.warmup:]))
+        one = dict(args.__dict__, steps=1)
+        sizes = {}
+        for name, precision in (("replay", dict(task="replay", steps=[0])),
+                                ("tensor inputs", dict(task="tensor", steps=[0], data_mode=["input"])),
+                                ("tensor all", dict(task="tensor", steps=[0]))):
+            log_dir = os.path.join(tmp, "size-" + name.replace(" ", "-"))
+            timed_steps(argparse.Namespace(**one), precision, log_dir)
+            sizes[name] = folder_bytes(os.path.join(log_dir, "dump"))
+    params = sum(p.numel() for p in make(args)[0].parameters())
+    plain = best["plain"]
+    print(f"replay_overhead: TinyGPT dim {args.dim}, block {args.block}, batch {args.batch}, {args.layers} layers "
+          f"({params} parameters), AdamW{' foreach' if args.foreach else ''}, {args.device}, "
+          f"{args.steps} steps ({args.warmup} warm-up) x {args.repeats} repeats, 1 thread")
+    print(f"  plain step {plain * 1e3:.2f} ms")
+    for name in ("statistics", "replay"):
+        print(f"  {name + ' step':<18} {best[name] / plain:6.2f}x plain   ({best[name] * 1e3:.1f} ms)")
+    print(f"  replay files      {sizes['replay'] / 1e3:8.1f} kB per step (replay.csv + replay.json)")
+    for name in ("tensor inputs", "tensor all"):
+        print(f"  {name + ' dump':<18}{sizes[name] / 1e3:8.1f} kB per step   "
+              f"({sizes[name] / max(sizes['replay'], 1):.0f}x replay's)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
