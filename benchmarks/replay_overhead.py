@@ -10,9 +10,11 @@ wall time; on CUDA it is wall time with the device synchronized. "replay" replay
 "statistics" is the builtin statistics dump of the same steps, for scale. Sizes: one replayed step's replay.csv +
 replay.json against one step dumped with task="tensor", data_mode=["input"] (every API's inputs: what an offline
 replay loads) and with every tensor (data_mode all).
+Two sizes of it: the tests' (dim 32, 8 tokens: ~700 API calls of ~4 us each, where per-call costs rule) and a
+small GPT (dim 128, 64 tokens: compute rules, as on a real model).
 Goal: replayed step <= 5x a plain step; replay's files < 1 MB for this model.
-Usage: python benchmarks/replay_overhead.py [--steps 12] [--warmup 3] [--repeats 3] [--dim 32] [--block 8]
-       [--batch 8] [--layers 2] [--foreach] [--device cpu|cuda]
+Usage: python benchmarks/replay_overhead.py [--steps 12] [--warmup 3] [--repeats 3] [--config tests|small|both]
+       [--dim D --block T] [--batch 8] [--layers 2] [--foreach] [--device cpu|cuda]
 """
 
 from __future__ import annotations
@@ -69,19 +71,10 @@ def folder_bytes(path: str) -> int:
     return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
 
 
-def main(argv: list = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=12)
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--dim", type=int, default=32)
-    parser.add_argument("--block", type=int, default=8)
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--layers", type=int, default=2)
-    parser.add_argument("--foreach", action="store_true", help="AdamW(foreach=True), the default on CUDA / NPU")
-    parser.add_argument("--device", default="cpu")
-    args = parser.parse_args(argv)
-    torch.set_num_threads(1)
+CONFIGS = {"tests": dict(dim=32, block=8), "small": dict(dim=128, block=64)}
+
+
+def run(args: argparse.Namespace) -> None:
     modes = {"plain": None, "statistics": dict(task="statistics", steps=[], backend="builtin"),
              "replay": dict(task="replay", steps=[])}
     best = {name: float("inf") for name in modes}
@@ -92,26 +85,50 @@ def main(argv: list = None) -> int:
                 log_dir = os.path.join(tmp, f"{name}{rep}") if modes[name] is not None else ""
                 times = timed_steps(args, modes[name], log_dir)
                 best[name] = min(best[name], statistics.median(times[args.warmup:]))
-        one = dict(args.__dict__, steps=1)
+        one = argparse.Namespace(**dict(args.__dict__, steps=1))
         sizes = {}
         for name, precision in (("replay", dict(task="replay", steps=[0])),
                                 ("tensor inputs", dict(task="tensor", steps=[0], data_mode=["input"])),
                                 ("tensor all", dict(task="tensor", steps=[0]))):
             log_dir = os.path.join(tmp, "size-" + name.replace(" ", "-"))
-            timed_steps(argparse.Namespace(**one), precision, log_dir)
+            timed_steps(one, precision, log_dir)
             sizes[name] = folder_bytes(os.path.join(log_dir, "dump"))
     params = sum(p.numel() for p in make(args)[0].parameters())
     plain = best["plain"]
-    print(f"replay_overhead: TinyGPT dim {args.dim}, block {args.block}, batch {args.batch}, {args.layers} layers "
-          f"({params} parameters), AdamW{' foreach' if args.foreach else ''}, {args.device}, "
-          f"{args.steps} steps ({args.warmup} warm-up) x {args.repeats} repeats, 1 thread")
-    print(f"  plain step {plain * 1e3:.2f} ms")
+    print(f"  TinyGPT dim {args.dim}, block {args.block}, batch {args.batch}, {args.layers} layers ({params} "
+          f"parameters): plain step {plain * 1e3:.2f} ms")
     for name in ("statistics", "replay"):
-        print(f"  {name + ' step':<18} {best[name] / plain:6.2f}x plain   ({best[name] * 1e3:.1f} ms)")
-    print(f"  replay files      {sizes['replay'] / 1e3:8.1f} kB per step (replay.csv + replay.json)")
+        print(f"    {name + ' step':<18} {best[name] / plain:6.2f}x plain   ({best[name] * 1e3:.1f} ms)")
+    print(f"    replay files      {sizes['replay'] / 1e3:9.1f} kB per step (replay.csv + replay.json)")
     for name in ("tensor inputs", "tensor all"):
-        print(f"  {name + ' dump':<18}{sizes[name] / 1e3:8.1f} kB per step   "
+        print(f"    {name + ' dump':<18}{sizes[name] / 1e3:9.1f} kB per step   "
               f"({sizes[name] / max(sizes['replay'], 1):.0f}x replay's)")
+
+
+def main(argv: list = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--config", choices=(*CONFIGS, "both"), default="both",
+                        help="the tests' GPT (dim 32, block 8), a small GPT (dim 128, block 64) or both")
+    parser.add_argument("--dim", type=int, help="model width (instead of --config)")
+    parser.add_argument("--block", type=int, default=8, help="sequence length with --dim")
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--foreach", action="store_true", help="AdamW(foreach=True), the default on CUDA / NPU")
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    print(f"replay_overhead: AdamW{' foreach' if args.foreach else ''}, {args.device}, {args.steps} steps "
+          f"({args.warmup} warm-up) x {args.repeats} repeats, 1 thread; best median step, as a ratio to the plain "
+          "step")
+    if args.dim is not None:
+        configs = [dict(dim=args.dim, block=args.block)]
+    else:
+        configs = list(CONFIGS.values()) if args.config == "both" else [CONFIGS[args.config]]
+    for config in configs:
+        run(argparse.Namespace(**dict(args.__dict__, **config)))
     return 0
 
 
