@@ -2,13 +2,15 @@
 
 ``TrainingMonitor(precision=PrecisionConfig(...))`` (or ``ASCEND_TUNE_DUMP=task=statistics,steps=0-2``) dumps the
 selected steps through ptdbg_ascend, msprobe or the built-in engine; :func:`read_dump` and :func:`find_overflows`
-(from :mod:`ascend_tune.analysis.dumps`, the one reader and overflow rule) read any of their dumps. Names load on
+(from :mod:`ascend_tune.analysis.dumps`, the one reader and overflow rule) read any of their dumps, and
+:func:`replay_verdict` the suspects of a replayed step (``task="replay"``). Names load on
 first use: the readers and the config do not import torch.
 """
 
 from typing import Any
 
-__all__ = ["Dump", "Overflow", "PrecisionConfig", "find_dumps", "find_overflows", "read_dump", "seed_all"]
+__all__ = ["Dump", "Overflow", "PrecisionConfig", "find_dumps", "find_overflows", "read_dump", "replay_verdict",
+           "seed_all"]
 
 _LAZY = {
     "PrecisionConfig": "ascend_tune.precision.config",
@@ -17,6 +19,7 @@ _LAZY = {
     "read_dump": "ascend_tune.analysis.dumps.read",
     "Overflow": "ascend_tune.analysis.dumps.overflow",
     "find_overflows": "ascend_tune.analysis.dumps.overflow",
+    "replay_verdict": "ascend_tune.analysis.dumps.replay",
     "seed_all": "ascend_tune.precision.seed",
 }
 
