@@ -337,3 +337,27 @@ def test_measure_handles_inf_nan_zeros_and_integers():
     assert judge(measure(idx.flip(0), idx, exact.rtol), exact) is not None
     with pytest.raises(Exception, match="shape"):
         measure(torch.zeros(3), torch.zeros(4, dtype=torch.float64), fp32.rtol)
+
+
+def test_a_collective_is_skipped_not_replayed(tmp_path):
+    import torch.distributed as dist
+
+    if not dist.is_available() or dist.is_initialized():
+        pytest.skip("needs torch.distributed and no process group yet")
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    try:
+        w = torch.randn(4, requires_grad=True)
+        optimizer = torch.optim.SGD([w], lr=0.1)
+        with TrainingMonitor(optimizer=optimizer, log_dir=tmp_path / "run", quiet=True,
+                             precision=dict(task="replay", steps=[0])):
+            loss = (w * 2).sum()
+            optimizer.zero_grad()
+            loss.backward()
+            dist.all_reduce(w.grad)
+            optimizer.step()
+    finally:
+        dist.destroy_process_group()
+    _, rows = replayed(tmp_path / "run")
+    reasons = {r["name"]: r["reason"] for r in rows}
+    assert reasons["Distributed.all_reduce.0.forward"].startswith("collective:")
+    assert {r["verdict"] for r in rows if r["name"] != "Distributed.all_reduce.0.forward"} == {"pass"}

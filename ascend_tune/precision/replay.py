@@ -4,7 +4,7 @@ device's result, right away, one call at a time.
 **Forward**, per call the dump engine sees (:meth:`StepReplay.call`): the arguments are copied to the CPU and
 upcast (:mod:`.golden`) *before* the device runs the call (an in-place call overwrites them), the device's call
 runs as it would have, its result goes back to the caller untouched, then the call runs again on the copies
-(grad off, CPU autocast off), the outputs are compared (:func:`.golden.measure`) and the copies are dropped.
+(no graph, CPU autocast off), the outputs are compared (:func:`.golden.measure`) and the copies are dropped.
 
 **Backward**, where it is sound: for a call whose single output has an autograd graph that leads back to the
 call's own tensor arguments only (a bounded walk from the output's ``grad_fn``, stopping at each argument's

@@ -14,12 +14,13 @@ from that golden result ``g`` (both in float64):
 - ``nonfinite``: elements where one side is inf/nan and the other is not (or they differ in kind).
 
 A call is a **suspect** when an output has a ``nonfinite`` element, ``err_ratio > max_err_ratio`` or
-``norm_err > max_norm_err``, under the standard of the least precise floating dtype among its inputs, its
-outputs (for a backward: the gradients) and the autocast dtype when autocast was on. The limits sit one to two
-orders of magnitude above the rounding of a correct kernel in that dtype (inputs rounded to bf16 by autocast
-included) and below a kernel 1e-3 relative off in float32 (msprobe's accuracy checker judges fp32 at the
-thousandth level too). Integer and bool outputs must match exactly; index outputs of sorting ops are not compared
-(ties may break either way).
+``norm_err > max_norm_err``, under the standard of the least precise floating dtype among its outputs (for a
+backward: the gradients, the incoming gradient and the forward call's output, so a float32 weight's gradient that
+autocast computed in bfloat16 is judged as bfloat16). Inputs do not lower the standard: the replay starts from the
+very values the device had. The limits sit one to two orders of magnitude above the rounding of a correct kernel
+in that dtype (inputs rounded to bf16 by autocast included) and below a kernel 1e-3 relative off in float32
+(msprobe's accuracy checker judges fp32 at the thousandth level too). Integer and bool outputs must match exactly;
+index outputs of sorting ops are not compared (ties may break either way).
 
 No torch here: the runtime measures, this module judges, writes and reads.
 """
