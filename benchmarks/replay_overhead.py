@@ -1,8 +1,9 @@
 """Cost of precision=dict(task="replay"): a replayed step's time as a ratio to a plain step, and the bytes it writes
 against the tensor dump an offline replay (msprobe's run_ut / acc_check route) needs.
 
-Model: the tiny GPT of tests/test_precision_replay.py (ascend_tune.testing.transformer.TinyGPT: embeddings, a
-block attending through F.softmax and one through SDPA, LayerNorm, GELU MLP, cross-entropy) with AdamW, one thread.
+Model: the tiny GPT of tests/test_precision_replay.py (ascend_tune.testing.models.TinyGPT in nanoGPT's layout:
+embeddings, a block attending through F.softmax and one through SDPA, LayerNorm, GELU MLP, residual dropout,
+cross-entropy), vocabulary 64, with AdamW, one thread.
 Modes are interleaved over repeats; the figure is the best repeat's median step time (the first steps warm up) as
 a ratio to the plain loop's, measured in the same process. On the CPU a step's time is the process's CPU time
 (user + system, file writes included), which other processes on a shared machine do not inflate as they inflate
@@ -29,14 +30,15 @@ import time
 import torch
 
 from ascend_tune import TrainingMonitor
-from ascend_tune.testing.transformer import TinyGPT, synthetic_tokens
+from ascend_tune.testing.models import TinyGPT, synthetic_tokens
 
 
 def make(args: argparse.Namespace) -> tuple:
     torch.manual_seed(0)
-    model = TinyGPT(block=args.block, dim=args.dim, layers=args.layers).to(args.device)
+    model = TinyGPT(vocab=64, block=args.block, dim=args.dim, layers=args.layers, softmax_blocks=1,
+                    dropout=0.1).to(args.device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=args.foreach or None)
-    x, y = (t.to(args.device) for t in synthetic_tokens(n=args.batch, block=args.block).tensors)
+    x, y = (t.to(args.device) for t in synthetic_tokens(n=args.batch, block=args.block, vocab=64).tensors)
     return model, optimizer, x, y
 
 

@@ -24,7 +24,7 @@ from ascend_tune import AscendTuneError, PrecisionConfig, TrainingMonitor
 from ascend_tune.analysis.dumps.replay import replay_verdict
 from ascend_tune.cli import main
 from ascend_tune.precision import read_dump
-from ascend_tune.testing.transformer import TinyGPT, synthetic_tokens
+from ascend_tune.testing.models import TinyGPT, synthetic_tokens
 
 OFF = 1e-3  # the broken kernels' relative error in float32
 
@@ -69,10 +69,13 @@ def softmax_1e3_off(x: torch.Tensor, dim: int, half_to_float: bool) -> torch.Ten
     return _off_in_float32(e / e.sum(dim, keepdim=True), x.dtype)
 
 
+GPT = dict(dim=32, softmax_blocks=1, dropout=0.1)  # block 0 attends through F.softmax, block 1 through SDPA
+
+
 def train(log_dir, precision=None, steps: int = 1, autocast: bool = False, monitor: bool = True, **gpt) -> list:
-    """A few steps of the tiny GPT with AdamW, as a user writes them; returns the losses."""
+    """A few steps of the tiny GPT with AdamW, as a user writes them; returns the losses and the parameters."""
     torch.manual_seed(0)
-    model = TinyGPT(**gpt)
+    model = TinyGPT(**{**GPT, **gpt})
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     loader = DataLoader(synthetic_tokens(n=4 * steps), batch_size=4)
     losses = []
@@ -146,8 +149,8 @@ def test_a_float32_kernel_1e3_off_is_named_first(tmp_path, caplog, capsys, op, k
     assert suspect["threshold"]["dtype"] == "float32" and suspect["metrics"]["norm_err"] > 5 * suspect[
         "threshold"]["max_norm_err"]
     frame = suspect["stack"][0]
-    assert frame["file"].endswith(os.path.join("testing", "transformer.py"))
-    assert ("F.gelu" if op == "gelu" else "F.softmax") in frame["code"]
+    assert frame["file"].endswith(os.path.join("testing", "models.py"))
+    assert ("self.mlp" if op == "gelu" else "softmax(att") in frame["code"]
     # only the broken op's calls are suspects: the ops after it compute right from the wrong inputs they get
     assert {s["name"].rsplit(".", 2)[0] for s in summary["suspects"]} == {first.rsplit(".", 2)[0]}
     assert [r["name"] for r in rows if r["verdict"] == "suspect"][0] == first
@@ -294,7 +297,7 @@ def test_report_shows_the_replay_and_fails_on_suspects(tmp_path, capsys):
     text = (tmp_path / "report.md").read_text()
     assert "## Replay on the CPU in float64" in text
     assert "first suspect Functional.gelu.0.forward (float32), called at" in text
-    assert "transformer.py" in text
+    assert "models.py" in text
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])

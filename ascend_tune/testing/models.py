@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 from torch.utils.data import TensorDataset
@@ -78,17 +80,20 @@ class TinyGPT(nn.Module):
     ``F.scaled_dot_product_attention`` and a GELU MLP, a final LayerNorm, a bias-free head, logits soft-capped as
     ``cap * tanh(logits / cap)``), small enough for tests.
 
-    ``eps`` and ``approximate`` reach every ``nn.LayerNorm`` and ``nn.GELU``; ``forward(idx, targets)`` returns the
-    cross-entropy loss.
+    ``eps`` and ``approximate`` reach every ``nn.LayerNorm`` and ``nn.GELU``; the first ``softmax_blocks`` blocks
+    attend through explicit scores, a causal ``masked_fill`` and ``F.softmax`` instead of SDPA; ``dropout`` > 0 adds
+    dropout on each block's two residual branches. ``forward(idx, targets)`` returns the cross-entropy loss.
     """
 
     def __init__(self, vocab: int = 32, block: int = 8, dim: int = 16, heads: int = 2, layers: int = 2,
-                 eps: float = 1e-5, approximate: str = "none", cap: float = 30.0):
+                 eps: float = 1e-5, approximate: str = "none", cap: float = 30.0, softmax_blocks: int = 0,
+                 dropout: float = 0.0):
         super().__init__()
         self.wte = nn.Embedding(vocab, dim)
         self.wpe = nn.Embedding(block, dim)
         self.drop = nn.Dropout(0.0)
-        self.h = nn.ModuleList(_GPTBlock(dim, heads, eps, approximate) for _ in range(layers))
+        self.h = nn.ModuleList(_GPTBlock(dim, heads, eps, approximate, block if i < softmax_blocks else 0, dropout)
+                               for i in range(layers))
         self.ln_f = nn.LayerNorm(dim, eps=eps)
         self.lm_head = nn.Linear(dim, vocab, bias=False)
         self.cap = cap
@@ -104,30 +109,43 @@ class TinyGPT(nn.Module):
 
 
 class _GPTBlock(nn.Module):
-    def __init__(self, dim: int, heads: int, eps: float, approximate: str):
+    def __init__(self, dim: int, heads: int, eps: float, approximate: str, softmax_block: int = 0,
+                 dropout: float = 0.0):
         super().__init__()
         self.ln_1 = nn.LayerNorm(dim, eps=eps)
-        self.attn = _CausalSelfAttention(dim, heads)
+        self.attn = _CausalSelfAttention(dim, heads, softmax_block)
         self.ln_2 = nn.LayerNorm(dim, eps=eps)
         self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(approximate=approximate), nn.Linear(4 * dim, dim))
+        self.resid_drop = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x))
-        return x + self.mlp(self.ln_2(x))
+        x = x + self.resid_drop(self.attn(self.ln_1(x)))
+        return x + self.resid_drop(self.mlp(self.ln_2(x)))
 
 
 class _CausalSelfAttention(nn.Module):
-    def __init__(self, dim: int, heads: int):
+    """SDPA, or with ``softmax_block`` (the longest sequence) explicit scores through ``F.softmax``."""
+
+    def __init__(self, dim: int, heads: int, softmax_block: int = 0):
         super().__init__()
         self.c_attn = nn.Linear(dim, 3 * dim)
         self.c_proj = nn.Linear(dim, dim)
         self.heads = heads
+        self.softmax = softmax_block > 0
+        if self.softmax:
+            self.register_buffer("mask", torch.ones(softmax_block, softmax_block, dtype=torch.bool).tril(),
+                                 persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, c = x.size()
         q, k, v = self.c_attn(x).split(c, dim=2)
         q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
-        y = nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=True)
+        if self.softmax:
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+            att = att.masked_fill(~self.mask[:t, :t], float("-inf"))
+            y = nn.functional.softmax(att, dim=-1) @ v
+        else:
+            y = nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=True)
         return self.c_proj(y.transpose(1, 2).contiguous().view(b, t, c))
 
 
