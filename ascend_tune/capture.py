@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import sys
 import threading
 from collections.abc import Iterable, Iterator
 from typing import Any, Callable, Optional
@@ -133,17 +134,40 @@ def _scalar(tensors: Any) -> Optional[torch.Tensor]:
 def hook_optimizer(
     stack: contextlib.ExitStack,
     optimizer: torch.optim.Optimizer,
-    on_pre: Callable[[], None],
-    on_post: Callable[[], None],
+    on_pre: Callable[[Any], None],
+    on_post: Callable[[Any], None],
 ) -> None:
-    """Call ``on_pre`` / ``on_post`` around each ``optimizer.step()`` through torch's official step hooks.
+    """Call ``on_pre(optimizer)`` / ``on_post(optimizer)`` around each ``optimizer.step()`` through torch's official
+    step hooks. (Every optimizer's steps, for loops whose optimizer is not given: :mod:`.optimizer_watch`.)
 
     ``optimizer.step`` may already be wrapped by an LR scheduler or a profiler; the hooks see the real step.
     """
-    pre = optimizer.register_step_pre_hook(lambda opt, args, kwargs: on_pre())
+    pre = optimizer.register_step_pre_hook(lambda opt, args, kwargs: on_pre(opt))
     stack.callback(pre.remove)
-    post = optimizer.register_step_post_hook(lambda opt, args, kwargs: on_post())
+    post = optimizer.register_step_post_hook(lambda opt, args, kwargs: on_post(opt))
     stack.callback(post.remove)
+
+
+def compile_in_use() -> bool:
+    """Whether torch.compile may be running code in this process (dynamo is imported only by those who use it)."""
+    return "torch._dynamo" in sys.modules
+
+
+def run_eager(stack: contextlib.ExitStack) -> bool:
+    """Make ``torch.compile``d code run eagerly until ``stack`` closes (``torch.compiler.set_stance("force_eager")``,
+    the previous stance restored); False when there is nothing compiled to bypass or the stance cannot be set here.
+
+    Recording hooks and function modes would otherwise be traced by dynamo (graph breaks, recompiles, warnings) and
+    see the compiled graph's boundaries instead of the ops; eager code runs the same ops the model's Python says.
+    """
+    if not compile_in_use():
+        return False
+    try:
+        stance = torch.compiler.set_stance("force_eager")
+    except Exception:  # inside a compiled region, or a torch without stances
+        return False
+    stack.callback(stance.__exit__, None, None, None)
+    return True
 
 
 def patch_grad_scaler(

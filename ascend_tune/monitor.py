@@ -28,7 +28,8 @@ from .context import RunContext, detect_rank, detect_world_size
 from .errors import ConfigError, check_option_names
 from .formats.atomic import write_json_atomic
 from .formats.run_dir import RunDir
-from .steps import ClosedStep, StepTracker
+from .optimizer_watch import OptimizerWatch
+from .steps import OPTIMIZER, WATCH, ClosedStep, StepTracker
 
 logger = logging.getLogger("ascend_tune")
 
@@ -142,11 +143,14 @@ class TrainingMonitor:
             self._reset_state()
             if self.rank == 0 or self.world_size > 1:
                 self._open_outputs(stack)
-            capture.patch_backward(stack, self._on_backward, self._tracker.backward_done)
+            capture.patch_backward(stack, self._on_backward, self._on_backward_done)
             capture.patch_grad_scaler(stack, self._on_scale, self._on_scaler_step, extra=self.scaler)
             if self.optimizer is not None:
                 capture.hook_optimizer(stack, self.optimizer, self._tracker.optimizer_pre,
                                        self._tracker.optimizer_post)
+            else:  # the optimizer that steps the model's parameters, also one created inside the block
+                self._watch = OptimizerWatch(self._tracker, self._models, self._events.warn)
+                self._watch.install(stack)
             self._ctx = self._context({})
             built = self._build_features(self._ctx)
             self._ctx = self._context({cb.name: cb for cb in built})
@@ -175,6 +179,8 @@ class TrainingMonitor:
         if stack is None:
             return False
         try:
+            if self._watch is not None:
+                self._watch.at_exit()
             self._tracker.commit()
             if self.clock.pending_steps:
                 self._log_window()
@@ -233,15 +239,27 @@ class TrainingMonitor:
     def _on_backward(self, tensor: torch.Tensor) -> None:
         with capture.internal():
             loss = self._unscaled(tensor).detach()
+        if self._watch is not None:
+            self._watch.before_backward(tensor)
         self._tracker.backward(loss)
 
+    def _on_backward_done(self) -> None:
+        self._tracker.backward_done()
+        if self._watch is not None:
+            self._watch.after_backward()
+
     def _on_scaler_step(self, optimizer: Any, run: Any) -> Any:
-        return self._tracker.scaler_step(run, ours=optimizer is self.optimizer)
+        steps_model = self._watch.steps_model(optimizer) if self._watch is not None else None
+        return self._tracker.scaler_step(run, optimizer, steps_model)
 
     def _on_pass(self, epoch: int) -> None:
         self.epoch = epoch
+        if self._watch is not None:
+            self._watch.new_pass()
 
     def _on_batch(self, batch: Any) -> None:
+        if self._watch is not None:
+            self._watch.before_batch()
         self._tracker.batch(capture.batch_size(batch))
 
     # --- the step clock ----------------------------------------------------------------------------------------
@@ -251,9 +269,11 @@ class TrainingMonitor:
         self.clock = metrics.StepClock(self.start_step)
         self.totals = metrics.RunTotals(self.start_step, self.warmup_steps)
         self._tracker = StepTracker(
-            self.start_step, self._on_step_end, self._on_commit, optimizer_ends_steps=self.optimizer is not None,
+            self.start_step, self._on_step_end, self._on_commit,
+            source=OPTIMIZER if self.optimizer is not None else WATCH, optimizer=self.optimizer,
             accumulate=self.accumulate, samples_per_step=self.samples_per_step,
         )
+        self._watch: Optional[OptimizerWatch] = None
         self._scaled: Optional[tuple] = None
         self._reads: list = []
         self._sinks: list = []
@@ -261,11 +281,15 @@ class TrainingMonitor:
         self._callbacks: list = []
         self._entered_at = time.time()
 
-    def _context(self, features: dict) -> RunContext:
+    @property
+    def _models(self) -> tuple:
         models = self.model if isinstance(self.model, (list, tuple)) else [self.model]
+        return tuple(m for m in models if isinstance(m, torch.nn.Module))
+
+    def _context(self, features: dict) -> RunContext:
         return RunContext(
             run_dir=self.run_dir, rank=self.rank, world_size=self.world_size, start_step=self.start_step,
-            device=self.device, models=tuple(m for m in models if isinstance(m, torch.nn.Module)),
+            device=self.device, models=self._models,
             optimizer=self.optimizer, events=self._events, features=MappingProxyType(features),
         )
 
@@ -343,12 +367,21 @@ class TrainingMonitor:
             wall_seconds=time.time() - self._entered_at,
             interrupted_by=exc_type.__name__ if exc_type is not None else None,
             ranks=across,
+            steps_from=self._steps_from(),
         )
         for cb in self._callbacks:
             extra = cb.summary()
             if extra is not None:
                 payload[cb.name] = extra
         write_json_atomic(self.run_dir.summary_json, payload)
+
+    def _steps_from(self) -> dict:
+        """What ended the steps: summary.json's ``steps_from``."""
+        kind = "explicit" if self._tracker.explicit else self._tracker.source
+        opt = self._tracker.step_optimizer
+        return {"kind": None if kind == WATCH else kind,
+                "optimizer": type(opt).__name__ if opt is not None and kind == OPTIMIZER else None,
+                "passed": self.optimizer is not None}
 
     def _build_features(self, ctx: RunContext) -> list:
         """The callbacks of the feature options, each built by its own module (imported only when used)."""

@@ -1,20 +1,29 @@
 """StepTracker: the events of a training loop in, closed optimizer steps out. No hooks, no files, no clock.
 
 How a step is seen:
-- a *step* ends at an ``optimizer.step()`` (its post-hook); with no optimizer, each backward ends one, once its
-  gradients exist; from the first explicit ``mon.step()`` on, only explicit calls end steps;
+- a *step* ends at an ``optimizer.step()`` (its post-hook) of the optimizer that defines steps: the one passed to
+  the monitor, else the one the monitor finds stepping the model's parameters (global optimizer hooks, see
+  :mod:`.capture`); from the first explicit ``mon.step()`` on, only explicit calls end steps;
+- with no optimizer passed, backwards seen before the first optimizer step are *held*: no step ends for them
+  until it is known whether an optimizer steps. When one does, they are that step's micro-batches (gradient
+  accumulation). When the caller learns that none does (:meth:`StepTracker.fall_back`: the parameters changed
+  between two backwards, a pass over the loader ended, the block ended), each held backward becomes a step of its
+  own, and from then on each backward ends a step once its gradients exist. An optimizer that steps later takes
+  over again;
 - its *loss* is the sum of the scalar tensors back-propagated since the previous step: with the usual
   ``(loss / accum).backward()`` that is the mean micro-batch loss, the objective whose gradient the step applied
   (``accumulate="mean"`` divides by the number of backwards, for scripts that back-propagate undivided losses);
-- backwards inside ``step()`` (between its pre- and post-hook) are closure evaluations (LBFGS): the first one is
-  the step's loss when no backward came before the step, and they never add up;
+- backwards inside ``step()`` (between its pre- and post-hook) are closure evaluations: the first one is a
+  micro-batch of the step like those before ``step()`` (Lightning runs the last micro-batch of an accumulation
+  window in the closure), later ones re-evaluate the same loss (LBFGS) and never add up;
 - a step that GradScaler skips (inf/nan gradients: ``optimizer.step()`` never ran) is closed as *skipped*, with its
   loss, and never merged into the next one.
 
 A step is *closed* when it ends (``on_end(step)`` at once, so a profiler or a dump brackets exactly that step) and
 *committed* (``on_commit(ClosedStep)``: numbered, timed, logged) at the next event of the loop: a batch, a backward,
 an optimizer step, ``mon.step``, the end of the block. That one-event delay lets an explicit ``mon.step(loss)``
-adopt a step the hooks already closed, so mixing both styles never counts a step twice.
+adopt a step the hooks already closed, so mixing both styles never counts a step twice. Held backwards that fall
+back are closed late, at the moment it is known: their ``on_end`` comes then, their times are their own.
 
 Losses are whatever tensors the caller hands in (already detached); they are only added, never read back here.
 """
@@ -26,6 +35,11 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from . import capture
+
+# where steps come from: an optimizer's step hooks; held backwards until an optimizer steps or is known not to;
+# each backward (no optimizer steps)
+OPTIMIZER, WATCH, BACKWARD = "optimizer", "watch", "backward"
+SOURCES = (OPTIMIZER, WATCH, BACKWARD)
 
 
 @dataclass
@@ -40,6 +54,16 @@ class ClosedStep:
     wall: float  # time.time() when the step ended
 
 
+@dataclass
+class _Held:
+    """A backward seen before the first optimizer step: its loss, when its gradients existed, samples so far."""
+
+    loss: Any
+    at: float
+    wall: float
+    samples: Optional[int]
+
+
 class StepTracker:
     """Turns backward / optimizer / batch / explicit-step events into closed steps (see the module docstring).
 
@@ -47,7 +71,9 @@ class StepTracker:
         start_step: the first step's number.
         on_end: called with a step's number the moment it ends.
         on_commit: called with the :class:`ClosedStep` once it is committed, in step order.
-        optimizer_ends_steps: whether optimizer hooks are wired; without them each backward ends a step.
+        source: ``"optimizer"`` (the steps of ``optimizer`` end steps), ``"watch"`` (no optimizer was passed:
+            backwards are held until one steps or :meth:`fall_back`) or ``"backward"`` (each backward ends a step).
+        optimizer: with ``source="optimizer"``, the optimizer whose steps end steps (any object the events name).
         accumulate: ``"sum"`` or ``"mean"`` of the losses back-propagated within one step.
         samples_per_step: a fixed sample count per step; else the batches' sizes are added (:meth:`batch`).
     """
@@ -58,24 +84,42 @@ class StepTracker:
         on_end: Callable[[int], None],
         on_commit: Callable[[ClosedStep], None],
         *,
-        optimizer_ends_steps: bool = True,
+        source: str = OPTIMIZER,
+        optimizer: Any = None,
         accumulate: str = "sum",
         samples_per_step: Optional[int] = None,
     ):
+        if source not in SOURCES:
+            raise ValueError(f"source must be one of {SOURCES}, got {source!r}")
         self.next_step = start_step
         self.explicit = False
+        self.source = source
+        self.step_optimizer: Any = optimizer
+        self._found = source == OPTIMIZER  # whether step_optimizer is known (None is a valid name in tests)
         self._on_end = on_end
         self._on_commit = on_commit
-        self._optimizer_ends_steps = optimizer_ends_steps
         self._mean = accumulate == "mean"
         self._samples_per_step = samples_per_step
         self._loss: Any = None
         self._backwards = 0
+        self._last: Any = None  # the loss of the backward under way (for holding it once its gradients exist)
+        self._held: list = []
         self._in_step = False
         self._closure_loss: Any = None
+        self._absorb = False  # this optimizer step belongs to the step its backward already closed
         self._post_count = 0
         self._closed: Optional[ClosedStep] = None
         self._samples: Optional[int] = None  # None: batches are not counted (or one had no size)
+
+    @property
+    def found(self) -> bool:
+        """Whether the optimizer whose steps end steps is known (passed, or seen stepping)."""
+        return self._found
+
+    @property
+    def holding(self) -> int:
+        """How many backwards are held, waiting to learn whether an optimizer steps (0 once it is known)."""
+        return len(self._held) if self.source == WATCH else 0
 
     # --- events in ------------------------------------------------------------------------------------------------
 
@@ -91,41 +135,59 @@ class StepTracker:
                 self._closure_loss = loss
             return
         self.commit()
-        if self._loss is None:
-            self._loss = loss
-        else:
-            with capture.internal():
-                self._loss = self._loss + loss
-        self._backwards += 1
+        self._add(loss)
+        self._last = loss
 
     def backward_done(self) -> None:
-        """The backward's gradients exist; with no optimizer and no explicit steps, that ends the step."""
-        if not self._optimizer_ends_steps and not self.explicit and not self._in_step:
+        """The backward's gradients exist; with backwards ending steps (and no explicit steps), that ends one."""
+        last, self._last = self._last, None
+        if self.explicit or self._in_step or last is None:
+            return
+        if self.source == BACKWARD:
             self._close(skipped=False)
+        elif self.source == WATCH:
+            self._held.append(_Held(last, time.perf_counter(), time.time(), self._samples))
 
-    def optimizer_pre(self) -> None:
-        """``optimizer.step()`` begins."""
+    def defines_steps(self, optimizer: Any, steps_model: Optional[bool] = None) -> bool:
+        """Whether ``optimizer``'s steps end steps; the first to step that ``steps_model`` (steps the model's
+        parameters; None: no model is known, any optimizer does) becomes the one, and stays the one."""
+        if not self._found and steps_model is not False:
+            self.step_optimizer, self._found = optimizer, True
+        return self._found and optimizer is self.step_optimizer
+
+    def optimizer_pre(self, optimizer: Any = None, steps_model: Optional[bool] = None) -> None:
+        """``optimizer.step()`` begins; only the steps of the optimizer that defines steps count (several
+        optimizers: :meth:`defines_steps`)."""
+        if not self.defines_steps(optimizer, steps_model):
+            return
         self.commit()
+        self._take_over()
         self._in_step = True
         self._closure_loss = None
 
-    def optimizer_post(self) -> None:
+    def optimizer_post(self, optimizer: Any = None) -> None:
         """``optimizer.step()`` ran."""
+        if not (self._found and optimizer is self.step_optimizer):
+            return
         self._in_step = False
         self._post_count += 1
-        if self._loss is None and self._closure_loss is not None:
-            self._loss, self._backwards = self._closure_loss, 1
+        if self._closure_loss is not None:
+            self._add(self._closure_loss)
         self._closure_loss = None
-        if not self.explicit:
+        absorb, self._absorb = self._absorb and self._loss is None, False
+        if not self.explicit and not absorb:
             self._close(skipped=False)
 
-    def scaler_step(self, run: Callable[[], Any], ours: bool) -> Any:
-        """``GradScaler.step``: ``run()`` calls the original; when it skipped ``optimizer.step()``, close a skipped
-        step (``ours``: the scaler stepped the optimizer whose hooks end steps)."""
+    def scaler_step(self, run: Callable[[], Any], optimizer: Any = None, steps_model: Optional[bool] = None) -> Any:
+        """``GradScaler.step(optimizer)``: ``run()`` calls the original; when it skipped ``optimizer.step()`` of the
+        optimizer that defines steps, close a skipped step."""
         before = self._post_count
         result = run()
-        if ours and self._post_count == before and not self.explicit:
-            self._close(skipped=True)
+        if self._post_count == before and not self.explicit and self.defines_steps(optimizer, steps_model):
+            self._take_over()
+            absorb, self._absorb = self._absorb and self._loss is None, False
+            if not absorb:
+                self._close(skipped=True)
         return result
 
     def batch(self, samples: Optional[int]) -> None:
@@ -134,12 +196,36 @@ class StepTracker:
         if self._samples is not None:
             self._samples = None if samples is None else self._samples + samples
 
+    def fall_back(self) -> int:
+        """No optimizer steps: each held backward becomes a step, and so does each backward from now on.
+
+        Returns how many held backwards became steps (0 when nothing was held or steps already have a source).
+        """
+        if self.source != WATCH:
+            return 0
+        self.source = BACKWARD
+        held, self._held = self._held, []
+        if self.explicit:
+            return 0
+        before = 0
+        for entry in held:
+            samples = None
+            if entry.samples is not None and self._samples is not None:
+                samples = entry.samples - before
+                before = entry.samples
+            self._close_with(entry.loss, 1, samples, False, entry.at, entry.wall)
+        if self._samples is not None:
+            self._samples -= before  # what came after the last held backward belongs to the next step
+        self._loss, self._backwards = None, 0
+        return len(held)
+
     def explicit_step(self, loss: Any = None) -> None:
         """``mon.step(loss)``: end a step now; a step the hooks just closed is adopted, not doubled.
 
         From the first call on, hooks no longer end steps.
         """
         self.explicit = True
+        self._held = []  # their losses are in the step being ended
         if self._closed is not None:
             if loss is not None:
                 self._closed.loss = loss
@@ -159,17 +245,37 @@ class StepTracker:
 
     # --- closing --------------------------------------------------------------------------------------------------
 
-    def _close(self, skipped: bool) -> None:
-        self.commit()  # a step closed earlier is never overwritten
-        loss = self._loss
-        if loss is not None and self._mean and self._backwards > 1:
+    def _add(self, loss: Any) -> None:
+        if self._loss is None:
+            self._loss = loss
+        else:
             with capture.internal():
-                loss = loss / self._backwards
-        samples = self._samples_per_step if self._samples_per_step is not None else self._samples
-        step = self.next_step
-        self.next_step += 1
-        self._closed = ClosedStep(step, loss, samples, skipped, time.perf_counter(), time.time())
+                self._loss = self._loss + loss
+        self._backwards += 1
+
+    def _take_over(self) -> None:
+        """An optimizer steps: from now on it ends steps, and what was held is this step's. After steps per
+        backward, the step its backward already closed is this optimizer step's (it is not closed twice)."""
+        if self.source != OPTIMIZER:
+            self._absorb = self.source == BACKWARD and self._loss is None
+            self.source = OPTIMIZER
+            self._held = []
+
+    def _close(self, skipped: bool) -> None:
+        self._close_with(self._loss, self._backwards, self._samples, skipped, time.perf_counter(), time.time())
         self._loss, self._backwards = None, 0
         if self._samples is not None:
             self._samples = 0
+
+    def _close_with(self, loss: Any, backwards: int, samples: Optional[int], skipped: bool, at: float,
+                    wall: float) -> None:
+        self.commit()  # a step closed earlier is never overwritten
+        if loss is not None and self._mean and backwards > 1:
+            with capture.internal():
+                loss = loss / backwards
+        if self._samples_per_step is not None:
+            samples = self._samples_per_step
+        step = self.next_step
+        self.next_step += 1
+        self._closed = ClosedStep(step, loss, samples, skipped, at, wall)
         self._on_end(step)

@@ -133,11 +133,13 @@ def test_everything_is_restored_after_the_block_even_when_it_raises(setup, tmp_p
     assert summary["interrupted_by"] == "RuntimeError" and summary["steps"] == 3
 
 
-def test_without_an_optimizer_each_backward_is_a_step(setup, tmp_path):
+def test_without_the_optimizer_passed_the_one_stepping_the_model_ends_steps(setup, tmp_path):
     model, optimizer, loader = setup
     with TrainingMonitor(model, None, loader, log_dir=tmp_path, quiet=True):
         train(model, optimizer, loader)
     assert len(read_log(tmp_path)) == 8
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["steps_from"] == {"kind": "optimizer", "optimizer": "SGD", "passed": False}
 
 
 def test_explicit_step_and_loader_do_not_double_count(setup, tmp_path):

@@ -13,7 +13,8 @@ from ascend_tune.steps import StepTracker
 losses = st.floats(min_value=-100, max_value=100, allow_nan=False).map(lambda x: round(x, 3))
 
 # one optimizer step of a training loop, as (kind, batch size, losses back-propagated before step(), losses of
-# closure evaluations inside step())
+# closure evaluations inside step()); "closure" with losses before it is Lightning's accumulation, whose last
+# micro-batch back-propagates inside optimizer.step(closure)
 iteration = st.one_of(
     st.tuples(st.just("step"), st.integers(1, 9), st.lists(losses, min_size=1, max_size=4), st.just([])),
     st.tuples(st.just("skip"), st.integers(1, 9), st.lists(losses, min_size=1, max_size=4), st.just([])),
@@ -22,44 +23,71 @@ iteration = st.one_of(
               st.lists(losses, min_size=1, max_size=3)),
 )
 
+G, D = "generator optimizer", "discriminator optimizer"
+
 
 class Loop:
-    """Drives a tracker the way the monitor's capture does."""
+    """Drives a tracker the way the monitor's capture does.
 
-    def __init__(self, accumulate: str = "sum", optimizer: bool = True, start_step: int = 0):
+    ``passed``: the optimizer was given to the monitor (its own hooks), else every optimizer is watched and
+    backwards are held until one steps; ``model``: whether a model was given (an optimizer then says whether it
+    steps the model's parameters).
+    """
+
+    def __init__(self, accumulate: str = "sum", passed: bool = True, start_step: int = 0, model: bool = True):
         self.ended: list = []
         self.committed: list = []
+        self.model = model
         self.tracker = StepTracker(start_step, self.ended.append, self.committed.append,
-                                   optimizer_ends_steps=optimizer, accumulate=accumulate)
+                                   source="optimizer" if passed else "watch", optimizer=G if passed else None,
+                                   accumulate=accumulate)
         self.tracker.count_batches()
 
-    def run(self, kind: str, batch: int, before: list, inside: list) -> None:
+    def steps_model(self, name: str):
+        return (name == G) if self.model else None
+
+    def backward(self, loss: float) -> None:
+        self.tracker.backward(loss)
+        self.tracker.backward_done()
+
+    def optimizer_step(self, name: str, inside: list = ()) -> None:
+        self.tracker.optimizer_pre(name, self.steps_model(name))
+        for loss in inside:  # LBFGS / Lightning: step() calls the closure, which back-propagates
+            self.backward(loss)
+        self.tracker.optimizer_post(name)
+
+    def run(self, kind: str, batch: int, before: list, inside: list, other: list = ()) -> None:
+        """One iteration; ``other``: a second optimizer (a GAN's discriminator) back-propagates and steps first."""
         t = self.tracker
         t.batch(batch)
+        if other:
+            for loss in other:
+                self.backward(loss)
+            self.optimizer_step(D)
         for loss in before:
-            t.backward(loss)
-            t.backward_done()
+            self.backward(loss)
         if kind == "skip":  # GradScaler found inf/nan gradients: optimizer.step() never runs
-            t.scaler_step(lambda: "skipped", ours=True)
+            t.scaler_step(lambda: "skipped", G, self.steps_model(G))
             return
-        t.optimizer_pre()
-        for loss in inside:  # LBFGS: step() calls the closure, which back-propagates
-            t.backward(loss)
-            t.backward_done()
-        t.optimizer_post()
+        self.optimizer_step(G, inside)
 
 
-def expected(kind: str, before: list, inside: list, accumulate: str) -> float:
-    if before:
-        total = sum(before)
-        return total / len(before) if accumulate == "mean" and len(before) > 1 else total
-    return inside[0]
+def expected(before: list, inside: list, accumulate: str, other: list = ()) -> float:
+    micro = list(other) + list(before) + list(inside[:1])  # later closure evaluations re-evaluate (LBFGS)
+    total = sum(micro)
+    return total / len(micro) if accumulate == "mean" and len(micro) > 1 else total
+
+
+def close(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-9)
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(iteration, min_size=1, max_size=12), st.sampled_from(["sum", "mean"]), st.integers(0, 50))
-def test_each_optimizer_step_is_one_step_with_its_accumulated_loss(iterations, accumulate, start_step):
-    loop = Loop(accumulate, start_step=start_step)
+@given(st.lists(iteration, min_size=1, max_size=12), st.sampled_from(["sum", "mean"]), st.integers(0, 50),
+       st.booleans())
+def test_each_optimizer_step_is_one_step_with_its_accumulated_loss(iterations, accumulate, start_step, passed):
+    """The same steps whether the optimizer was passed or found stepping: backwards before the first step were held."""
+    loop = Loop(accumulate, passed=passed, start_step=start_step)
     for it in iterations:
         loop.run(*it)
     loop.tracker.commit()  # the block's end
@@ -68,7 +96,113 @@ def test_each_optimizer_step_is_one_step_with_its_accumulated_loss(iterations, a
     for closed, (kind, batch, before, inside) in zip(loop.committed, iterations):
         assert closed.skipped == (kind == "skip")
         assert closed.samples == batch
-        assert math.isclose(closed.loss, expected(kind, before, inside, accumulate), rel_tol=1e-12, abs_tol=1e-9)
+        assert close(closed.loss, expected(before, inside, accumulate))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 9), st.lists(losses, min_size=1, max_size=4)), min_size=1, max_size=6))
+def test_held_backwards_end_no_step_until_the_first_optimizer_step(micro_batches):
+    """An optimizer created inside the block: its first step, after N backwards, is one step of their sum."""
+    loop = Loop(passed=False)
+    for batch, micro in micro_batches[:-1]:  # no optimizer has stepped yet
+        loop.tracker.batch(batch)
+        for loss in micro:
+            loop.backward(loss)
+    assert loop.ended == [] and loop.committed == [] and loop.tracker.holding == sum(len(m) for _, m in
+                                                                                     micro_batches[:-1])
+    batch, micro = micro_batches[-1]
+    loop.run("step", batch, micro, [])
+    loop.tracker.commit()
+    assert [c.step for c in loop.committed] == [0] and loop.tracker.holding == 0
+    assert close(loop.committed[0].loss, sum(sum(m) for _, m in micro_batches))
+    assert loop.committed[0].samples == sum(b for b, _ in micro_batches)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(iteration, st.lists(losses, min_size=1, max_size=2)), min_size=1, max_size=8),
+       st.booleans())
+def test_several_optimizers_the_one_stepping_the_model_defines_the_steps(iterations, passed):
+    """A GAN: the discriminator back-propagates and steps first in each iteration. With the model (the generator)
+    known, the generator's optimizer ends steps, and each step's loss is every backward since the previous one."""
+    loop = Loop(passed=passed, model=True)
+    for (kind, batch, before, inside), other in iterations:
+        loop.run(kind, batch, before, inside, other)
+    loop.tracker.commit()
+    assert [c.step for c in loop.committed] == list(range(len(iterations)))
+    assert loop.tracker.step_optimizer == G
+    for closed, ((kind, _batch, before, inside), other) in zip(loop.committed, iterations):
+        assert closed.skipped == (kind == "skip")
+        assert close(closed.loss, expected(before, inside, "sum", other))
+
+
+def test_with_no_model_the_first_optimizer_to_step_defines_the_steps():
+    loop = Loop(passed=False, model=False)
+    for g, d in ((1.0, 10.0), (2.0, 20.0), (3.0, 30.0)):
+        loop.run("step", 4, [g], [], other=[d])
+    loop.tracker.commit()
+    # D steps first, so D's steps end steps: the first holds D's loss, each later one G's loss before it plus D's
+    assert loop.tracker.step_optimizer == D
+    assert [(c.step, c.loss) for c in loop.committed] == [(0, 10.0), (1, 21.0), (2, 32.0)]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 9), losses), min_size=1, max_size=10), st.integers(0, 10))
+def test_a_loop_that_never_steps_an_optimizer_falls_back_to_a_step_per_backward(backwards, known_after):
+    """Held backwards become one step each, with their own loss, samples and time, once the fall back is known;
+    each later backward ends a step as its gradients exist."""
+    known_after = min(known_after, len(backwards))
+    loop = Loop(passed=False)
+    for batch, loss in backwards[:known_after]:
+        loop.tracker.batch(batch)
+        loop.backward(loss)
+    assert loop.ended == []
+    assert loop.tracker.fall_back() == known_after
+    assert loop.ended == list(range(known_after))
+    for batch, loss in backwards[known_after:]:
+        loop.tracker.batch(batch)
+        loop.backward(loss)
+    loop.tracker.commit()
+    assert [(c.step, c.loss, c.samples) for c in loop.committed] == [
+        (i, loss, batch) for i, (batch, loss) in enumerate(backwards)]
+    times = [c.at for c in loop.committed]
+    assert times == sorted(times)
+    assert loop.tracker.fall_back() == 0  # once
+
+
+def test_samples_after_the_last_held_backward_belong_to_the_next_step():
+    loop = Loop(passed=False)
+    loop.tracker.batch(3)
+    loop.backward(1.0)
+    loop.tracker.batch(5)  # the next iteration's batch comes before its backward tells it was no accumulation
+    loop.tracker.fall_back()
+    loop.backward(2.0)
+    loop.tracker.commit()
+    assert [(c.loss, c.samples) for c in loop.committed] == [(1.0, 3), (2.0, 5)]
+
+
+def test_an_optimizer_stepping_after_the_fall_back_takes_over_without_a_double_step():
+    loop = Loop(passed=False)
+    loop.tracker.batch(2)
+    loop.backward(1.0)
+    loop.tracker.fall_back()  # say, a pass over the loader went by without an optimizer step
+    loop.tracker.batch(2)
+    loop.backward(2.0)  # ends step 1 at once (steps per backward) ...
+    loop.optimizer_step(G)  # ... and the optimizer step that follows is that step's, not a new empty one
+    for loss in (3.0, 4.0):  # from now on the optimizer ends steps: accumulation is one step again
+        loop.tracker.batch(2)
+        loop.backward(loss)
+    loop.optimizer_step(G)
+    loop.tracker.commit()
+    assert [(c.step, c.loss, c.samples) for c in loop.committed] == [(0, 1.0, 2), (1, 2.0, 2), (2, 7.0, 4)]
+
+
+def test_an_explicit_step_takes_what_was_held():
+    loop = Loop(passed=False)
+    for loss in (1.0, 2.0):
+        loop.backward(loss)
+    loop.tracker.explicit_step()
+    loop.tracker.commit()
+    assert [(c.step, c.loss) for c in loop.committed] == [(0, 3.0)] and loop.tracker.holding == 0
 
 
 @settings(max_examples=80, deadline=None)
@@ -82,8 +216,8 @@ def test_explicit_steps_adopt_the_step_the_hooks_closed(iterations):
         for loss in before:
             loop.tracker.backward(loss)
         if with_hooks:
-            loop.tracker.optimizer_pre()
-            loop.tracker.optimizer_post()
+            loop.tracker.optimizer_pre(G)
+            loop.tracker.optimizer_post(G)
         loop.tracker.explicit_step(explicit_loss)
     loop.tracker.commit()
     assert [c.step for c in loop.committed] == list(range(len(iterations)))
@@ -99,22 +233,24 @@ def test_after_the_first_explicit_step_hooks_no_longer_end_steps():
     loop.tracker.explicit_step()
     for loss in (2.0, 3.0):  # two optimizer steps, then one explicit step: one step of both losses
         loop.tracker.backward(loss)
-        loop.tracker.optimizer_pre()
-        loop.tracker.optimizer_post()
+        loop.optimizer_step(G)
     loop.tracker.explicit_step()
     loop.tracker.commit()
     assert [(c.step, c.loss) for c in loop.committed] == [(0, 1.0), (1, 5.0)]
 
 
-def test_without_an_optimizer_each_backward_is_a_step_once_its_gradients_exist():
-    loop = Loop(optimizer=False)
-    loop.tracker.batch(4)
-    loop.tracker.backward(0.5)
-    assert loop.ended == []  # its gradients are not there yet
-    loop.tracker.backward_done()
-    assert loop.ended == [0] and loop.committed == []  # committed at the next event only
-    loop.tracker.batch(4)
-    assert [(c.step, c.loss, c.samples) for c in loop.committed] == [(0, 0.5, 4)]
+def test_with_backwards_ending_steps_each_is_a_step_once_its_gradients_exist():
+    committed: list = []
+    ended: list = []
+    tracker = StepTracker(0, ended.append, committed.append, source="backward")
+    tracker.count_batches()
+    tracker.batch(4)
+    tracker.backward(0.5)
+    assert ended == []  # its gradients are not there yet
+    tracker.backward_done()
+    assert ended == [0] and committed == []  # committed at the next event only
+    tracker.batch(4)
+    assert [(c.step, c.loss, c.samples) for c in committed] == [(0, 0.5, 4)]
 
 
 def test_a_skipped_step_keeps_its_loss_and_is_not_merged_into_the_next():
@@ -128,7 +264,7 @@ def test_a_skipped_step_keeps_its_loss_and_is_not_merged_into_the_next():
 def test_a_scaler_stepping_another_optimizer_closes_nothing():
     loop = Loop()
     loop.tracker.backward(1.0)
-    assert loop.tracker.scaler_step(lambda: 7, ours=False) == 7
+    assert loop.tracker.scaler_step(lambda: 7, D, False) == 7
     loop.tracker.commit()
     assert loop.committed == []
 
@@ -136,12 +272,12 @@ def test_a_scaler_stepping_another_optimizer_closes_nothing():
 @pytest.mark.parametrize("fixed", [None, 32])
 def test_samples_per_step_overrides_the_batches(fixed):
     committed: list = []
-    tracker = StepTracker(0, lambda step: None, committed.append, samples_per_step=fixed)
+    tracker = StepTracker(0, lambda step: None, committed.append, optimizer=G, samples_per_step=fixed)
     tracker.count_batches()
     tracker.batch(3)
     tracker.batch(None)  # a batch of unknown size: the step's samples are unknown
     tracker.backward(1.0)
-    tracker.optimizer_pre()
-    tracker.optimizer_post()
+    tracker.optimizer_pre(G)
+    tracker.optimizer_post(G)
     tracker.commit()
     assert committed[0].samples == fixed
