@@ -49,7 +49,7 @@ class TrainingMonitor:
         scaler: a ``GradScaler`` whose class overrides ``scale``/``step`` (torch's own is seen without it).
         accumulate: ``"sum"`` (default) or ``"mean"`` of the losses back-propagated within one step.
         rank: this process's global rank; else ``RANK`` or ``torch.distributed``.
-        quiet: do not echo log lines through the ``ascend_tune`` logger.
+        quiet: print no log lines on stderr (rank 0 prints them otherwise, whatever ``logging`` is set to).
         profile: profiler traces on a schedule (``True``, a dict or a ``ProfileConfig``; ``ASCEND_TUNE_PROFILE``).
         precision: precision dumps / overflow check at chosen steps (a dict or ``PrecisionConfig``;
             ``ASCEND_TUNE_DUMP``).

@@ -13,6 +13,7 @@ import contextlib
 import json
 import logging
 import os
+import sys
 import time
 from typing import Any, Optional, Protocol, TextIO
 
@@ -24,6 +25,12 @@ from .formats.run_dir import RunDir
 from .metrics import Window
 
 logger = logging.getLogger("ascend_tune")
+# The console rule: log lines (and the few lines meant for the user's eyes, such as tuning's one line) go to
+# ``ascend_tune.console``, which does not propagate: on rank 0, unless quiet, the monitor gives it a handler that
+# writes to stderr for the block (echo_to_console), whatever the application did to ``logging``.
+console = logging.getLogger("ascend_tune.console")
+console.propagate = False
+console.setLevel(logging.INFO)
 
 
 class Sink(Protocol):
@@ -60,7 +67,7 @@ def window_record(window: Window, **context: Any) -> dict:
 
 
 class TextLogSink:
-    """``log.txt`` in the seed's format, one flushed line per log window; echoed to the ``ascend_tune`` logger."""
+    """``log.txt`` in the seed's format, one flushed line per log window; echoed to the console (``console``)."""
 
     def __init__(self, path: str, append: bool, echo: bool):
         self._file: TextIO = open(path, "a" if append else "w", buffering=1, encoding="utf-8")
@@ -70,7 +77,7 @@ class TextLogSink:
         line = format_log_line(window.last_step, window.loss, window.steps_per_sec, window.end_time)
         self._file.write(line + "\n")
         if self._echo:
-            logger.info(line.split("] ", 1)[1])
+            console.info(line.split("] ", 1)[1])
 
     def write_event(self, record: dict) -> None:
         pass
@@ -211,13 +218,27 @@ class EventLog:
 
 
 def echo_to_console(stack: contextlib.ExitStack) -> None:
-    """Show log lines on the console as the seed did, unless the application configured logging itself."""
-    if logger.hasHandlers():
-        return
-    handler = logging.StreamHandler()
+    """Show log lines on stderr as the seed did, for the block: one rule in every framework, whatever the
+    application configured (a ``basicConfig`` at WARNING hid them, an INFO root handler doubled them). The monitor
+    calls this on rank 0 unless ``quiet=True``; log.txt and metrics.jsonl are written either way."""
+    if any(isinstance(h, _StderrHandler) for h in console.handlers):
+        return  # an enclosing monitor shows them already
+    handler = _StderrHandler()
     handler.setFormatter(logging.Formatter("[%(asctime)s] %(message)s", TIME_FORMAT))
-    old_level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    stack.callback(logger.setLevel, old_level)
-    stack.callback(logger.removeHandler, handler)
+    console.addHandler(handler)
+    stack.callback(console.removeHandler, handler)
+
+
+class _StderrHandler(logging.StreamHandler):
+    """A StreamHandler on whatever ``sys.stderr`` is when a line is written (a redirect made later is followed)."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property  # type: ignore[override]
+    def stream(self) -> TextIO:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: TextIO) -> None:
+        pass

@@ -336,17 +336,14 @@ def test_samples_are_counted_from_dict_batches_and_samples_per_step_wins(tmp_pat
     assert [r["samples"] for r in read_jsonl(tmp_path / "b" / "metrics.jsonl")] == [100] * 4
 
 
-def test_log_lines_are_echoed_through_the_logger_unless_quiet(setup, tmp_path, caplog):
+def test_log_lines_are_echoed_to_stderr_unless_quiet(setup, tmp_path, capsys):
     model, optimizer, loader = setup
-    with caplog.at_level("INFO", logger="ascend_tune"):
-        with TrainingMonitor(model, optimizer, loader, log_dir=tmp_path / "a"):
-            train(model, optimizer, loader)
-    assert sum("Train Loss:" in r.getMessage() for r in caplog.records) == 8
-    caplog.clear()
-    with caplog.at_level("INFO", logger="ascend_tune"):
-        with TrainingMonitor(model, optimizer, loader, log_dir=tmp_path / "b", quiet=True):
-            train(model, optimizer, loader)
-    assert not any("Train Loss:" in r.getMessage() for r in caplog.records)
+    with TrainingMonitor(model, optimizer, loader, log_dir=tmp_path / "a"):
+        train(model, optimizer, loader)
+    assert capsys.readouterr().err.count("Train Loss:") == 8
+    with TrainingMonitor(model, optimizer, loader, log_dir=tmp_path / "b", quiet=True):
+        train(model, optimizer, loader)
+    assert "Train Loss:" not in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
