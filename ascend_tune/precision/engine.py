@@ -173,6 +173,10 @@ class DumpEngine:
                 self._modules.flush()
         self.records.resolve()
         dump = dict(self._header(), data=self.data)
+        if self.records.sharded:  # a compare must know these numbers are one rank's shard, not the whole tensor
+            dump["sharded_tensors"] = {"count": self.records.sharded, "statistics_of": "local_shard",
+                                       "how": "DTensor.to_local() on each rank; 'dtensor' in an entry holds the "
+                                              "global shape, placements and mesh"}
         stack = self.stacks.groups()
         construct = self._construct if self._module_level else {}
         writer.finish(dump, stack, construct)

@@ -1,7 +1,9 @@
 """msprobe's JSON form of an op's arguments and results; each tensor's statistics are queued on its device.
 
 A tensor becomes ``{type, dtype, shape, Max, Min, Mean, Norm, requires_grad[, md5][, data_name]}`` with the four
-statistics filled in by :meth:`Records.resolve` at step end (one read-back); Python scalars become
+statistics filled in by :meth:`Records.resolve` at step end (one read-back); a DTensor is this rank's local shard
+(``shape`` is the shard's, ``dtensor`` holds the global shape, the placements and the mesh;
+:func:`~.stats.local_shard`); Python scalars become
 ``{type, value}``; lists, tuples and dicts keep their shape (a namedtuple becomes a dict, as in msprobe); what
 msprobe cannot describe is ``null``. In tensor mode each tensor is also saved as ``<stem>.pt``.
 """
@@ -28,6 +30,7 @@ class Records:
         self._pending: list = []
         self._md5 = summary_mode == "md5"
         self._tensor_dir = tensor_dir
+        self.sharded = 0  # DTensors described by their local shard
 
     def describe(self, value: Any, stem: str, depth: int = 0) -> Any:
         """The JSON form of ``value``; ``stem`` names its tensor files (``<entry>.<input|output>.<index>``)."""
@@ -77,6 +80,7 @@ class Records:
         self._pending = []
 
     def _tensor(self, tensor: torch.Tensor, stem: str) -> dict:
+        tensor, layout = stats.local_shard(tensor)
         record = {
             "type": "torch.Tensor",
             "dtype": str(tensor.dtype),
@@ -87,6 +91,9 @@ class Records:
             "Norm": None,
             "requires_grad": bool(tensor.requires_grad),
         }
+        if layout is not None:
+            record["dtensor"] = layout
+            self.sharded += 1
         slot = self._stats.add(tensor)
         if slot is not None:
             self._pending.append((record, slot))

@@ -6,6 +6,10 @@ copied to the host once per (device, kind) group. Per-op ``.item()`` calls,
 as msprobe makes them, sync the device at every op and are what change numerics ("the NaN disappears when the tool
 is on") and make a dump tens of times slower than the step.
 
+A ``DTensor`` (FSDP2, tensor parallel) is described by this rank's local shard (:func:`local_shard`): its statistics
+need no collective, work for every placement (a ``Partial`` sum from ``clip_grad_norm_`` included) and are what
+this rank holds; the dump says so in its metadata.
+
 Conventions follow msprobe's dump.json: integer tensors have Max / Min only (Mean / Norm null), a bool tensor's
 Max is ``any`` and Min is ``all``, a 0-d tensor's four values are the value itself, empty tensors have none.
 """
@@ -117,6 +121,21 @@ class StatsBuffer:
         self._groups = {}
         self._seen = {}
         return out
+
+
+def local_shard(tensor: torch.Tensor) -> tuple:
+    """``(local tensor, layout)``: a DTensor's ``to_local()`` and ``{"global_shape", "placements", "mesh"}``; any
+    other tensor as it is, with None."""
+    if type(tensor) is torch.Tensor or not any(c.__name__ == "DTensor" for c in type(tensor).__mro__):
+        return tensor, None
+    with capture.internal(), torch.no_grad():
+        local = tensor.to_local()
+    layout = {
+        "global_shape": [int(s) for s in tensor.shape],
+        "placements": [str(p) for p in tensor.placements],
+        "mesh": [int(s) for s in tensor.device_mesh.shape],
+    }
+    return local, layout
 
 
 def fill(record: dict, slot: Optional[tuple], values: dict) -> None:
