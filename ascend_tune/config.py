@@ -4,7 +4,8 @@ A feature's config is a frozen dataclass subclassing :class:`FeatureConfig`; it 
 its own rules in ``__post_init__``. The base gives it:
 
 - :meth:`~FeatureConfig.from_any`: the option's value as the user passes it: a config, a dict of its fields,
-  ``True`` (the defaults), ``False`` (off), a ``key=value`` string where the feature takes one, or ``None``, which
+  ``True`` (:meth:`~FeatureConfig.turned_on`: the defaults unless the feature says otherwise), ``False`` (off), a
+  ``key=value`` string where the feature takes one, or ``None``, which
   means *not given* (the feature's factory then asks :meth:`~FeatureConfig.from_option` for the environment's
   config or its own default);
 - :meth:`~FeatureConfig.from_text`: the ``ASCEND_TUNE_*`` form, ``key=value`` items separated by commas, each value
@@ -60,14 +61,14 @@ class FeatureConfig:
 
     @classmethod
     def from_any(cls: type[C], value: Any) -> Optional[C]:
-        """A config from a config, a dict of its fields, ``True`` (defaults), ``False`` (off: :meth:`off`), a
+        """A config from a config, a dict of its fields, ``True`` (:meth:`turned_on`), ``False`` (off: :meth:`off`), a
         ``key=value`` string (where ``TAKES_TEXT``), or ``None``: not given, returned as None."""
         if value is None:
             return None
         if isinstance(value, cls):
             return value
         if value is True:
-            return cls()
+            return cls.turned_on()
         if value is False:
             return cls.off()
         if isinstance(value, Mapping):
@@ -80,6 +81,11 @@ class FeatureConfig:
             f"{cls.OPTION} must be True, False, a dict of options{text} or a {cls.__name__}, "
             f"got {type(value).__name__}"
         )
+
+    @classmethod
+    def turned_on(cls: type[C]) -> C:
+        """What ``True`` and the on words give: the defaults, unless a subclass says otherwise."""
+        return cls()
 
     @classmethod
     def off(cls: type[C]) -> Optional[C]:
@@ -98,7 +104,7 @@ class FeatureConfig:
         try:
             word = text.strip().lower()
             if word in ON_WORDS:
-                return cls()
+                return cls.turned_on()
             if not word or word in OFF_WORDS:
                 return cls.off()
             if word in cls.WORDS:

@@ -68,7 +68,7 @@ def picked(make, width: float) -> dict:
     params = parameters(width)
     optimizer = make(params)
     with tempfile.TemporaryDirectory() as out:
-        with TrainingMonitor(None, optimizer, log_dir=out, quiet=True):
+        with TrainingMonitor(None, optimizer, log_dir=out, quiet=True, tune=True):
             pass
         with open(os.path.join(out, "tuning.json"), encoding="utf-8") as fh:
             return json.load(fh)["optimizer"]

@@ -1,4 +1,5 @@
-"""Tuning on a CPU: the optimizer runs foreach / fused in place, trains as before, is restored at the end."""
+"""Tuning on a CPU: by default a report and nothing changed; with tune=True the optimizer runs foreach / fused in
+place, trains as before, and is restored at the end."""
 
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ def test_swapped_optimizer_trains_like_the_untouched_one(tmp_path, name):
     model, optimizer, reference, ref_opt = pair(cls, kwargs)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=5, gamma=0.5)  # made before the monitor
     ref_sched = torch.optim.lr_scheduler.StepLR(ref_opt, step_size=5, gamma=0.5)
-    with TrainingMonitor(model, optimizer, log_dir=tmp_path, quiet=True, tune={"measure": False}):
+    with TrainingMonitor(model, optimizer, log_dir=tmp_path, quiet=True, tune={"optimizer": "swap", "measure": False}):
         assert optimizer.param_groups[0][variant] is True
         steps(model, optimizer, 12, scheduler)
         optimizer.load_state_dict(optimizer.state_dict())  # a checkpoint round trip inside the block
@@ -67,7 +68,7 @@ def test_swapped_optimizer_trains_like_the_untouched_one(tmp_path, name):
 
 def test_the_user_keeps_flags_class_and_state_after_the_block(tmp_path):
     model, optimizer, *_ = pair(torch.optim.AdamW, {"lr": 1e-2})
-    with TrainingMonitor(model, optimizer, log_dir=tmp_path, quiet=True, tune={"measure": False}):
+    with TrainingMonitor(model, optimizer, log_dir=tmp_path, quiet=True, tune={"optimizer": "swap", "measure": False}):
         steps(model, optimizer, 3)
         saved = optimizer.state_dict()
         assert optimizer.param_groups[0]["fused"] is True
@@ -90,14 +91,14 @@ def test_timing_touches_neither_parameters_nor_state_nor_the_random_stream(tmp_p
         assert not optimizer.state
     record = tuning_json(tmp_path)["optimizer"]
     assert set(record["measured_ms"]) == {"for-loop", "foreach", "fused"}
-    assert record["variant"] == min(record["measured_ms"], key=record["measured_ms"].get)
+    assert record["would_run"] == min(record["measured_ms"], key=record["measured_ms"].get)
     assert "measured fastest" in record["reason"]
 
 
 @pytest.mark.parametrize("flag", ["foreach", "fused"])
 def test_an_explicit_false_is_the_users_choice_unless_forced(tmp_path, flag):
     model, optimizer, *_ = pair(torch.optim.SGD, {"lr": 0.1, "momentum": 0.9, flag: False})
-    with TrainingMonitor(model, optimizer, log_dir=tmp_path / "auto", quiet=True):
+    with TrainingMonitor(model, optimizer, log_dir=tmp_path / "auto", quiet=True, tune=True):
         assert (optimizer.param_groups[0]["foreach"], optimizer.param_groups[0]["fused"]) == (
             (False, None) if flag == "foreach" else (None, False)
         )
@@ -125,7 +126,8 @@ def test_tune_false_changes_and_records_nothing(tmp_path, caplog):
 def test_every_decision_is_logged_and_summarised(tmp_path, caplog):
     model, optimizer, *_ = pair(torch.optim.SGD, {"lr": 0.1})
     with caplog.at_level("INFO", logger="ascend_tune"):
-        with TrainingMonitor(model, optimizer, log_dir=tmp_path, quiet=True, tune={"measure": False}):
+        with TrainingMonitor(model, optimizer, log_dir=tmp_path, quiet=True, tune={"optimizer": "swap",
+                                                                                   "measure": False}):
             steps(model, optimizer, 1)
     messages = [r.getMessage() for r in caplog.records]
     assert any("tune optimizer SGD: swapped fused" in m for m in messages)
@@ -138,7 +140,7 @@ def test_every_decision_is_logged_and_summarised(tmp_path, caplog):
 def test_several_ranks_choose_by_rule_not_by_timing(tmp_path, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     model, optimizer, *_ = pair(torch.optim.SGD, {"lr": 0.1, "momentum": 0.9})
-    with TrainingMonitor(model, optimizer, log_dir=tmp_path, quiet=True):
+    with TrainingMonitor(model, optimizer, log_dir=tmp_path, quiet=True, tune=True):
         pass
     record = tuning_json(tmp_path)["optimizer"]
     assert record["variant"] == "fused" and "measured_ms" not in record
@@ -148,7 +150,7 @@ def test_several_ranks_choose_by_rule_not_by_timing(tmp_path, monkeypatch):
 def test_optimizers_without_a_faster_path_are_left_with_the_reason(tmp_path):
     model = TinyMLP()
     optimizer = torch.optim.LBFGS(model.parameters())
-    with TrainingMonitor(model, optimizer, log_dir=tmp_path, quiet=True):
+    with TrainingMonitor(model, optimizer, log_dir=tmp_path, quiet=True, tune=True):
         pass
     record = tuning_json(tmp_path)["optimizer"]
     assert record["action"] == "kept" and "no foreach / fused implementation" in record["reason"]
@@ -157,7 +159,7 @@ def test_optimizers_without_a_faster_path_are_left_with_the_reason(tmp_path):
 def test_sparse_embeddings_rule_out_fused(tmp_path):
     model = nn.Sequential(nn.Embedding(10, 4, sparse=True), nn.Linear(4, 2))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    with TrainingMonitor(model, optimizer, log_dir=tmp_path, quiet=True, tune={"measure": False}):
+    with TrainingMonitor(model, optimizer, log_dir=tmp_path, quiet=True, tune={"optimizer": "swap", "measure": False}):
         model(torch.tensor([[1, 2]])).sum().backward()
         optimizer.step()
     record = tuning_json(tmp_path)["optimizer"]
@@ -166,10 +168,13 @@ def test_sparse_embeddings_rule_out_fused(tmp_path):
 
 def test_config_from_any_and_the_environment(tmp_path, monkeypatch):
     assert TuneConfig.from_any(None) is None  # not given, as for every feature; on by default is the factory's
-    assert TuneConfig.from_any(True) == TuneConfig.from_option(None, default=TuneConfig()) == TuneConfig()
+    assert TuneConfig.from_option(None, default=TuneConfig()) == TuneConfig() == TuneConfig(optimizer="auto")
+    assert TuneConfig.from_any(True) == TuneConfig.from_text("1") == TuneConfig(optimizer="swap")  # swaps anywhere
+    assert TuneConfig.from_text("report") == TuneConfig(optimizer="report")
     assert not TuneConfig.from_any(False).enabled
     assert TuneConfig.from_any({"optimizer": False, "jit_compile": None}).enabled is False
-    assert TuneConfig.from_any({"optimizer": True}).optimizer == "auto"
+    assert TuneConfig.from_any({"optimizer": True}).optimizer == "swap"
+    assert TuneConfig().swaps_on("npu") and not TuneConfig().swaps_on("cpu") and not TuneConfig().swaps_on("cuda")
     for bad, message in [({"optimiser": "force"}, "did you mean 'optimizer'"), ({"optimizer": "always"}, "one of"),
                          ({"jit_compile": "no"}, "jit_compile"), ("yes", "True, False, a dict")]:
         with pytest.raises(AscendTuneError, match=message):
@@ -183,3 +188,52 @@ def test_config_from_any_and_the_environment(tmp_path, monkeypatch):
     with pytest.raises(AscendTuneError, match="ASCEND_TUNE_TUNE"):
         with TrainingMonitor(model, optimizer, log_dir=tmp_path / "bad", quiet=True):
             pass
+
+
+def unmonitored_run(cls, kwargs, n=6):
+    torch.manual_seed(0)
+    model = TinyMLP()
+    optimizer = cls(model.parameters(), **kwargs)
+    losses = []
+    for _ in range(n):
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(X), Y)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.detach())
+    return model, optimizer, losses
+
+
+@pytest.mark.parametrize("name", ["adamw", "sgd-momentum"])
+def test_by_default_on_cpu_nothing_changes_and_the_faster_variant_is_reported(tmp_path, capsys, name):
+    cls, kwargs, _ = OPTIMIZERS[name]
+    ref_model, ref_opt, ref_losses = unmonitored_run(cls, kwargs)
+    torch.manual_seed(0)
+    model = TinyMLP()
+    optimizer = cls(model.parameters(), **kwargs)
+    groups_before = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
+    losses = []
+    with TrainingMonitor(model, optimizer, log_dir=tmp_path):
+        assert [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups] == groups_before
+        for _ in range(6):
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(X), Y)
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.detach())
+    assert all(torch.equal(a, b) for a, b in zip(losses, ref_losses))  # bitwise the user's own run
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), ref_model.parameters()))
+    assert [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups] == [
+        {k: v for k, v in g.items() if k != "params"} for g in ref_opt.param_groups]
+    record = tuning_json(tmp_path)["optimizer"]
+    ms = record["measured_ms"]
+    assert record["action"] == "reported" and record["variant"] == "for-loop"
+    assert record["would_run"] == min(ms, key=ms.get) and "flags_during" not in record
+    assert record["gain"] == pytest.approx(ms["for-loop"] / ms[record["would_run"]], rel=1e-3)
+    lines = [line for line in capsys.readouterr().err.splitlines() if "ascend_tune: tune:" in line]
+    assert len(lines) == 1 and "left as built on cpu" in lines[0]
+    if record["would_run"] != "for-loop":
+        assert f"as fast with {record['would_run']}=True" in lines[0]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["tuning"]["optimizer"]["action"] == "reported"
+

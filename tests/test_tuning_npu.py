@@ -159,3 +159,12 @@ def test_jit_compile_none_and_tune_false_leave_the_runtime_and_optimizer_alone(n
         step(model, optimizer, optimizer.zero_grad)
     assert "jitCompile" not in npu._C._options
     assert not (tmp_path / "off" / "tuning.json").exists()
+
+
+def test_report_mode_leaves_the_npu_optimizer_as_built_and_says_what_would_run(npu, tmp_path):
+    """The NPU swaps by default; optimizer="report" is the reference-side mode there too."""
+    model, optimizer, *_ = pair(torch.optim.SGD, {"lr": 0.1, "momentum": 0.9})
+    with TrainingMonitor(model, optimizer, log_dir=tmp_path, quiet=True, tune={"optimizer": "report"}):
+        assert type(optimizer) is torch.optim.SGD
+    record = tuning_json(tmp_path)["optimizer"]
+    assert record["action"] == "reported" and record["would_run"] == "NpuFusedSGD" and record["gain"] is None

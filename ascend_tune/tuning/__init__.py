@@ -1,9 +1,15 @@
 """Device-driven tuning for the block: a faster optimizer implementation in place, and the NPU's compile mode.
 
-``TrainingMonitor(tune=...)`` takes ``True`` (the default), ``False``, a dict or a :class:`TuneConfig`; with the
-option not given, ``ASCEND_TUNE_TUNE=0|1|force`` decides. Every decision, taken or refused, is logged through the
-``ascend_tune`` logger with its reason and written to ``tuning.json`` in ``log_dir`` (rank 0); ``summary.json``
-gets the short form under ``"tuning"``. Everything is undone when the block ends.
+The reference run stays the user's own: on a CPU or a GPU, by default, tuning only *reports* which optimizer
+implementation would be faster (measured on clones of the parameters) in ``tuning.json`` and one console line,
+and changes nothing. On an NPU the device-driven swap (NpuFused* or torch's fused, binary compile mode) is what a
+port needs, and is done by default. ``tune=True`` swaps on every device.
+
+``TrainingMonitor(tune=...)`` takes ``True``, ``False``, a dict or a :class:`TuneConfig`; with the option not given,
+``ASCEND_TUNE_TUNE=0|1|force|report`` decides, unset is the default (``optimizer="auto"``). Every decision, taken or
+refused, is logged through the ``ascend_tune`` logger with its reason and written to ``tuning.json`` in
+``log_dir`` (rank 0); ``summary.json`` gets the short form under ``"tuning"``. Everything is undone when the block
+ends.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ if TYPE_CHECKING:
 __all__ = ["TuneConfig", "TuningCallback", "build_callback", "ENV_TUNE"]
 
 ENV_TUNE = "ASCEND_TUNE_TUNE"
-OPTIMIZER_MODES = ("auto", "force", "off")
+OPTIMIZER_MODES = ("auto", "swap", "force", "report", "off")
 logger = logging.getLogger("ascend_tune")
 
 
@@ -34,21 +40,24 @@ logger = logging.getLogger("ascend_tune")
 class TuneConfig(FeatureConfig):
     """What tuning does in the block.
 
-    optimizer: ``"auto"`` swap to the fastest legal implementation but keep an explicit ``foreach``/``fused``;
-        ``"force"`` also override those; ``"off"`` (or False) leave the optimizer alone.
+    optimizer: ``"auto"`` (default) swap on an NPU, report on a CPU or GPU; ``"swap"`` (``tune=True``, or
+        ``optimizer=True``) swap to the fastest legal implementation on any device, keeping an explicit
+        ``foreach``/``fused``; ``"force"`` also override those; ``"report"`` only report, on any device; ``"off"``
+        (or False) leave the optimizer alone, report nothing.
     jit_compile: on an NPU, ``False`` sets binary kernels (``set_compile_mode(jit_compile=False)``), ``True``
         online compilation, ``None`` leaves the runtime alone.
     measure: on a CPU, time the legal variants on clones of the parameters when that is cheap (else use fused, then
         foreach); ``False`` makes the choice by rule only, the same in every run.
 
-    ``ASCEND_TUNE_TUNE`` takes the on/off words, ``force`` (``optimizer="force"``) or ``key=value`` items.
+    ``ASCEND_TUNE_TUNE`` takes the on/off words (on is ``tune=True``), ``force``, ``swap``, ``report`` (the
+    ``optimizer`` modes) or ``key=value`` items.
     """
 
     OPTION = "tune"
     ENV = ENV_TUNE
     EXAMPLE = "optimizer=force,jit_compile=none"
     TAKES_TEXT = False
-    WORDS = {"force": {"optimizer": "force"}}
+    WORDS = {"force": {"optimizer": "force"}, "swap": {"optimizer": "swap"}, "report": {"optimizer": "report"}}
 
     optimizer: str = "auto"
     jit_compile: Optional[bool] = False
@@ -56,7 +65,7 @@ class TuneConfig(FeatureConfig):
 
     def __post_init__(self) -> None:
         if self.optimizer is True:
-            object.__setattr__(self, "optimizer", "auto")
+            object.__setattr__(self, "optimizer", "swap")
         elif self.optimizer is False:
             object.__setattr__(self, "optimizer", "off")
         if self.optimizer not in OPTIMIZER_MODES:
@@ -74,13 +83,24 @@ class TuneConfig(FeatureConfig):
         return self.optimizer != "off" or self.jit_compile is not None
 
     @classmethod
+    def turned_on(cls) -> TuneConfig:
+        """``tune=True`` / ``ASCEND_TUNE_TUNE=1``: swap the optimizer on every device (the NPU's compile mode as
+        by default)."""
+        return cls(optimizer="swap")
+
+    def swaps_on(self, device_kind: str) -> bool:
+        """Whether the optimizer is swapped on ``device_kind`` (else it is only reported on)."""
+        return self.optimizer in ("swap", "force") or (self.optimizer == "auto" and device_kind == "npu")
+
+    @classmethod
     def off(cls) -> TuneConfig:
         """``tune=False`` / ``ASCEND_TUNE_TUNE=0``: a config that touches nothing."""
         return cls(optimizer="off", jit_compile=None)
 
 
 def build_callback(value: Any, ctx: RunContext) -> Optional[TuningCallback]:
-    """The monitor's factory for ``tune=``: None (option not given) reads ``ASCEND_TUNE_TUNE``; unset: on."""
+    """The monitor's factory for ``tune=``: None (option not given) reads ``ASCEND_TUNE_TUNE``; unset: the default
+    (``optimizer="auto"``: swap on an NPU, report elsewhere)."""
     config = TuneConfig.from_option(value, default=TuneConfig())
     return TuningCallback(config) if config.enabled else None
 
@@ -111,7 +131,7 @@ class TuningCallback(Callback):
         try:
             self._swap = optimizer_swap.swap_in_place(
                 stack, ctx.optimizer, device_kind=kind, mode=self.config.optimizer, measure=self.config.measure,
-                models=ctx.models, npu=npu, world_size=ctx.world_size,
+                models=ctx.models, npu=npu, world_size=ctx.world_size, report_only=not self.config.swaps_on(kind),
             )
         except Exception as exc:  # a faster optimizer is never worth a training run; the undo is on the stack
             name = type(ctx.optimizer).__name__
@@ -126,6 +146,10 @@ class TuningCallback(Callback):
                     decision.variant or "", decision.reason)
         for variant, why in decision.refused.items():
             logger.info("ascend_tune: tune optimizer: not %s: %s", variant, why)
+        if ctx.is_main and decision.action == "reported":
+            from ..sinks import console  # the one line a user sees (rank 0, unless quiet)
+
+            console.info("ascend_tune: tune: %s", decision.headline(kind))
         if compiled["action"] == "failed":
             ctx.warn(compiled["reason"])
         if path is not None:

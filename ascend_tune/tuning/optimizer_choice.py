@@ -2,10 +2,12 @@
 
 Order (the first legal one wins): npu: torch's ``fused=True`` where torch_npu runs it (AdamW), else the matching
 ``torch_npu.optim.NpuFused*`` when every parameter is float32/float16 and every hyper-parameter is one it takes, else
-leave it; cuda: ``fused=True``, else ``foreach=True``; cpu: the fastest of for-loop / foreach / fused, timed on clones
-of the real parameters when that is cheap, else fused, else foreach. A candidate is legal when an optimizer of the
-user's class and hyper-parameters with its flags builds and steps on tiny tensors of the parameters' dtypes and
-devices (torch raises for unsupported combinations, and which ones differ between versions and devices).
+leave it; cuda: ``fused=True``, else ``foreach=True`` (timed against what runs now, for the report, when cheap); cpu:
+the fastest of for-loop / foreach / fused, timed on clones of the real parameters when that is cheap, else fused,
+else foreach. A candidate is legal when an optimizer of the user's class and hyper-parameters with its flags builds
+and steps on tiny tensors of the parameters' dtypes, devices and kinds (a DTensor parameter gets a DTensor probe on
+its mesh, with its placements; torch raises for unsupported combinations, and which ones differ between versions
+and devices).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from .. import capture
+from .. import capture, device
 
 FOR_LOOP, FOREACH, FUSED = "for-loop", "foreach", "fused"
 VARIANT_FLAGS = {
@@ -57,6 +59,7 @@ class Plan:
     refused: dict
     measured_ms: Optional[dict] = None
     npu_class: Optional[type] = None
+    not_timed: Optional[str] = None  # why nothing was timed
 
 
 def plan(optimizer: torch.optim.Optimizer, device_kind: str, measure: bool, models: tuple,
@@ -97,10 +100,20 @@ class _Planner:
         if self.kind == "cuda":
             for variant in (FUSED, FOREACH):
                 if self._legal(variant):
+                    ms, why_not = self._time([variant, current_variant(self.optimizer)])
                     return Plan(variant, f"{_said(variant)}: the first of fused, foreach that {self.name} runs on "
-                                 "cuda (checked with a probe step)", self.refused)
+                                 "cuda (checked with a probe step)", self.refused, ms, not_timed=why_not)
             return Plan(None, f"neither fused nor foreach runs for {self.name} here: left as built", self.refused)
         return self._plan_cpu()
+
+    def _time(self, variants: list) -> tuple:
+        """Milliseconds per step of ``variants`` on clones (None and why not, when that is not cheap here)."""
+        why_not = self._why_not_measured()
+        if why_not is not None:
+            return None, why_not
+        measured, failed = _measure(self.optimizer, list(dict.fromkeys(variants)), self.keys)
+        self.refused.update({v: r for v, r in failed.items() if v not in self.refused})
+        return ({v: round(t * 1e3, 4) for v, t in measured.items()} or None), (None if measured else "it failed")
 
     def _plan_cpu(self) -> Plan:
         why_not = self._why_not_measured()
@@ -122,7 +135,8 @@ class _Planner:
         for variant in (FUSED, FOREACH):
             if self._legal(variant):
                 return Plan(variant, f"{_said(variant)}: legal here (checked with a probe step); not timed because "
-                             f"{why_not} (fused does fewer passes over memory than foreach on CPU)", self.refused)
+                             f"{why_not} (fused does fewer passes over memory than foreach on CPU)", self.refused,
+                             not_timed=why_not)
         return Plan(None, f"neither fused nor foreach runs for {self.name} here: left as built", self.refused)
 
     def _candidates(self) -> list:
@@ -141,8 +155,9 @@ class _Planner:
         if self.world_size > 1:
             return f"{self.world_size} ranks must all pick the same variant"
         params = [p for g in self.optimizer.param_groups for p in g["params"]]
-        if any(p.device.type != "cpu" for p in params):
-            return "some parameters are not on the CPU"
+        kinds = {p.device.type for p in params}
+        if len(kinds) > 1 or not kinds <= {"cpu", "cuda"}:
+            return "the parameters are not all on the CPU or all on CUDA"
         total = sum(p.numel() for p in params)
         if total > MEASURE_MAX_ELEMENTS:
             return f"{total} parameter elements are more than the {MEASURE_MAX_ELEMENTS} worth cloning"
@@ -218,7 +233,30 @@ class _Planner:
 
 
 def _said(variant: str) -> str:
-    return {FUSED: "fused=True", FOREACH: "foreach=True", FOR_LOOP: "the for-loop"}[variant]
+    return {FUSED: "fused=True", FOREACH: "foreach=True", FOR_LOOP: "the for-loop"}.get(variant, variant)
+
+
+def said(variant: str) -> str:
+    """How a variant reads in a reason: ``fused=True``, ``foreach=True``, ``the for-loop``, an NpuFused* name."""
+    return _said(variant)
+
+
+def current_variant(optimizer: torch.optim.Optimizer) -> str:
+    """The implementation ``optimizer.step()`` runs now: its explicit flags, else what torch picks when they are
+    None (foreach when every parameter is a CUDA tensor torch can batch, else the for-loop)."""
+    flags = flags_of(optimizer)
+    if any(v is not None for v in flags.values()):
+        return variant_of(flags)
+    if "foreach" not in flags:
+        return FOR_LOOP
+    from torch.optim.optimizer import _default_to_fused_or_foreach
+
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    try:
+        fused, foreach = _default_to_fused_or_foreach(params, differentiable=False, use_fused=False)
+    except Exception:  # a private helper: when it changes, say what the flags say
+        return FOR_LOOP
+    return FUSED if fused else FOREACH if foreach else FOR_LOOP
 
 
 def variant_of(flags: dict) -> str:
@@ -319,6 +357,11 @@ def _unhooked_step(optimizer: torch.optim.Optimizer) -> Callable[[], Any]:
 
 def _probe_tensor(like: torch.Tensor) -> torch.Tensor:
     t = torch.zeros(4, dtype=like.dtype, device=like.device)
+    mesh = getattr(like, "device_mesh", None)
+    if mesh is not None and hasattr(like, "placements"):  # a DTensor (FSDP2, tensor parallel): probe one like it
+        from torch.distributed.tensor import DTensor
+
+        t = DTensor.from_local(t, mesh, like.placements, run_check=False)  # no collective
     t.grad = torch.full_like(t, 1e-3)
     return t
 
@@ -356,6 +399,8 @@ def _measure(optimizer: torch.optim.Optimizer, variants: list, keys: list) -> tu
         clones.append(row)
     best, failed = {}, {}
     share = MEASURE_BUDGET_S / len(variants)
+    kind = clones[0][0].device.type if clones and clones[0] else "cpu"
+    sync = (lambda: device.synchronize(kind)) if kind != "cpu" else (lambda: None)  # before training: allowed
     with capture.internal():
         for variant in variants:
             flags = {k: v for k, v in VARIANT_FLAGS[variant].items() if k in keys}
@@ -367,8 +412,10 @@ def _measure(optimizer: torch.optim.Optimizer, variants: list, keys: list) -> tu
                 continue
             times: list = []
             while len(times) < MEASURE_MAX_STEPS and sum(times) < share:
+                sync()
                 t0 = time.perf_counter()
                 step()
+                sync()
                 times.append(time.perf_counter() - t0)
             best[variant] = min(times)
     return best, failed

@@ -13,7 +13,8 @@ keeps working because the object never changes; only how its ``step()`` computes
   an LR scheduler's wrapper of ``optimizer.step`` (it calls the old class's function) is re-pointed.
 
 Which implementation is :mod:`.optimizer_choice`'s decision. An explicit ``foreach``/``fused`` in the optimizer is
-the user's choice and is kept unless ``mode="force"``.
+the user's choice and is kept unless ``mode="force"``. With ``report_only`` (a CPU or GPU run by default) nothing
+is switched: the decision says what would run and how much faster it measured (``gain``).
 
 At the block's end the original flags / class come back with the state the block produced; a ``state_dict()``
 taken inside the block carries the user's flags, so a checkpoint never records the swap.
@@ -38,10 +39,12 @@ from .optimizer_choice import VARIANT_FLAGS, flags_of, npu_template, variant_of
 class OptimizerDecision:
     """What the swap did to the optimizer and why: one entry of tuning.json.
 
-    optimizer: the class the user built; action: ``swapped`` or ``kept``; variant: the implementation the steps run
-    during the block; reason: why; refused: each better variant that was not used, with why; measured_ms: step time
-    of each variant on clones (cpu); flags_before / flags_during: the param groups' ``foreach``/``fused``;
-    zero_grad: how ``zero_grad`` is served after a class swap.
+    optimizer: the class the user built; action: ``swapped``, ``kept``, ``reported`` (nothing changed, by rule) or
+    ``failed``; variant: the implementation the steps run during the block; reason: why; refused: each better
+    variant that was not used, with why; measured_ms: step time of each variant on clones; flags_before /
+    flags_during: the param groups' ``foreach``/``fused``; zero_grad: how ``zero_grad`` is served after a class
+    swap; would_run: (reported) the implementation a swap would pick; gain: (reported) measured step time of what
+    runs / of what would run.
     """
 
     optimizer: Optional[str]
@@ -53,6 +56,8 @@ class OptimizerDecision:
     flags_before: Optional[dict] = None
     flags_during: Optional[dict] = None
     zero_grad: Optional[str] = None
+    would_run: Optional[str] = None
+    gain: Optional[float] = None
 
     def as_dict(self) -> dict:
         """A JSON-ready dict, without the fields that do not apply."""
@@ -63,11 +68,28 @@ class OptimizerDecision:
             "reason": self.reason,
             "refused": dict(self.refused),
         }
+        if self.action == "reported":
+            out["would_run"] = self.would_run
+            out["gain"] = self.gain
         for key in ("measured_ms", "flags_before", "flags_during", "zero_grad"):
             value = getattr(self, key)
             if value is not None:
                 out[key] = value
         return out
+
+    def headline(self, device_kind: str) -> str:
+        """The one console line of a report: what would be faster, by how much, and that nothing changed."""
+        name, would, runs = self.optimizer, self.would_run, self.variant
+        if would is None or would == runs:
+            return f"{name}: nothing faster to run here ({self.reason})"
+        ms = self.measured_ms or {}
+        if self.gain is not None:
+            how = (f"would step {self.gain:.3g}x as fast with {optimizer_choice.said(would)} ({ms[would]:.3g} ms vs "
+                   f"{ms[runs]:.3g} ms for {optimizer_choice.said(runs)}, measured on clones of its parameters)")
+        else:
+            how = f"could run {optimizer_choice.said(would)} (not timed)"
+        return (f"{name} {how}; left as built on {device_kind}, so the run stays the reference "
+                "(tune=True swaps it; see tuning.json)")
 
 
 class OptimizerSwap:
@@ -98,6 +120,7 @@ def swap_in_place(
     models: tuple = (),
     npu: Optional[ModuleType] = None,
     world_size: int = 1,
+    report_only: bool = False,
 ) -> OptimizerSwap:
     """Choose the optimizer's implementation for ``device_kind`` and switch to it in place; the undo goes on ``stack``.
 
@@ -111,6 +134,7 @@ def swap_in_place(
         models: the modules being trained, to name parameters in reasons and to see sparse embeddings.
         npu: the imported torch_npu when running on an NPU.
         world_size: ranks in the job; with more than one, nothing is timed, so every rank picks the same variant.
+        report_only: decide and time, but change nothing (the decision's action is ``reported``).
     """
     if optimizer is None:
         return OptimizerSwap(OptimizerDecision(None, "kept", None, "no optimizer was passed to TrainingMonitor"))
@@ -121,6 +145,8 @@ def swap_in_place(
             name, "kept", None, "tune optimizer='off': left as built", flags_before=flags_before,
         ))
     explicit = {k: v for k, v in flags_before.items() if v is not None}
+    if report_only:
+        return OptimizerSwap(_report(optimizer, device_kind, measure, models, npu, world_size, explicit))
     if explicit and mode != "force":
         said = ", ".join(f"{k}={v}" for k, v in explicit.items())
         return OptimizerSwap(OptimizerDecision(
@@ -128,8 +154,8 @@ def swap_in_place(
             "kept (tune=dict(optimizer='force') overrides it)", flags_before=flags_before,
         ))
     plan = optimizer_choice.plan(optimizer, device_kind, measure, models, npu, world_size)
-    if plan.variant is None or plan.variant == variant_of(flags_before) and plan.npu_class is None:
-        # already what it runs (torch runs the for-loop on a CPU when neither flag is set)
+    if plan.variant is None or plan.variant == optimizer_choice.current_variant(optimizer) and plan.npu_class is None:
+        # already what it runs (torch runs the for-loop on a CPU when neither flag is set, foreach on CUDA)
         return OptimizerSwap(OptimizerDecision(
             name, "kept", plan.variant, plan.reason, plan.refused, plan.measured_ms, flags_before=flags_before,
         ))
@@ -156,6 +182,24 @@ def swap_in_place(
     ))
     _swap_flags(stack, optimizer, flags, swap)
     return swap
+
+
+def _report(optimizer: torch.optim.Optimizer, device_kind: str, measure: bool, models: tuple,
+            npu: Optional[ModuleType], world_size: int, explicit: dict) -> OptimizerDecision:
+    """What a swap would pick and the measured gain, with nothing changed."""
+    name, runs = type(optimizer).__name__, optimizer_choice.current_variant(optimizer)
+    plan = optimizer_choice.plan(optimizer, device_kind, measure, models, npu, world_size)
+    would = plan.npu_class.__name__ if plan.npu_class is not None else plan.variant
+    ms = plan.measured_ms or {}
+    gain = round(ms[runs] / ms[would], 3) if would in ms and runs in ms and ms[would] > 0 else None
+    why = plan.reason
+    if explicit:
+        said = ", ".join(f"{k}={v}" for k, v in explicit.items())
+        why = f"{said} is set explicitly, the user's choice (tune=dict(optimizer='force') overrides it); {why}"
+    if plan.not_timed and gain is None:
+        why = f"{why}; not timed: {plan.not_timed}"
+    return OptimizerDecision(name, "reported", runs, why, plan.refused, plan.measured_ms,
+                             flags_before=flags_of(optimizer), would_run=would, gain=gain)
 
 
 # --- switching, and switching back ---------------------------------------------------------------------------------
