@@ -148,26 +148,52 @@ def hook_optimizer(
     stack.callback(post.remove)
 
 
-def compile_in_use() -> bool:
-    """Whether torch.compile may be running code in this process (dynamo is imported only by those who use it)."""
-    return "torch._dynamo" in sys.modules
+def compile_in_use(models: tuple = ()) -> bool:
+    """Whether ``torch.compile``d code may run: one of ``models`` (or a submodule) is compiled, or dynamo has compiled
+    a frame in this process. False while dynamo is not even imported (frameworks import it without compiling)."""
+    if "torch._dynamo" not in sys.modules:
+        return False
+    for model in models:
+        if type(model).__name__ == "OptimizedModule":
+            return True
+        if any(getattr(m, "_compiled_call_impl", None) is not None for m in model.modules()):  # module.compile()
+            return True
+    try:
+        from torch._dynamo.utils import counters
+
+        return counters["frames"]["total"] > 0
+    except Exception:  # a dynamo without those counters: assume it compiles
+        return True
 
 
-def run_eager(stack: contextlib.ExitStack) -> bool:
-    """Make ``torch.compile``d code run eagerly until ``stack`` closes (``torch.compiler.set_stance("force_eager")``,
-    the previous stance restored); False when there is nothing compiled to bypass or the stance cannot be set here.
+def run_eager(stack: contextlib.ExitStack, models: tuple = ()) -> bool:
+    """Make ``torch.compile``d code run eagerly until ``stack`` closes (``torch.compiler.set_stance("force_eager")``;
+    the previous stance comes back unless the script set its own meanwhile); False when nothing compiled is in use
+    (:func:`compile_in_use`) or the stance cannot be set here.
 
     Recording hooks and function modes would otherwise be traced by dynamo (graph breaks, recompiles, warnings) and
     see the compiled graph's boundaries instead of the ops; eager code runs the same ops the model's Python says.
     """
-    if not compile_in_use():
+    if not compile_in_use(models):
         return False
     try:
         stance = torch.compiler.set_stance("force_eager")
     except Exception:  # inside a compiled region, or a torch without stances
         return False
-    stack.callback(stance.__exit__, None, None, None)
+    stack.callback(_restore_stance, stance)
     return True
+
+
+def _restore_stance(stance: Any) -> None:
+    """Put the previous stance back, unless the script set one of its own meanwhile (that one stays)."""
+    try:
+        from torch._dynamo import eval_frame
+
+        if eval_frame._stance is not stance.stance:
+            return
+    except Exception:  # a torch without that attribute: restore as the context manager does
+        pass
+    stance.__exit__(None, None, None)
 
 
 def patch_grad_scaler(

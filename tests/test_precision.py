@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import logging
 import os
 
 import pytest
@@ -167,6 +168,37 @@ def test_the_model_pickles_inside_a_dumped_step(tmp_path):
     restored = torch.load(io.BytesIO(saved[0]), weights_only=False)
     assert isinstance(restored, ImportedRelu) and not restored.fc1._forward_hooks
     assert (tmp_path / "dump" / "step0" / "rank0" / "dump.json").exists()
+
+
+def test_under_compile_module_hooks_go_on_the_submodules_and_pickle_as_nothing(tmp_path, monkeypatch):
+    """The path taken when torch.compile is in use (tests/test_compile.py runs it for real, in a subprocess): the
+    same dump as with global hooks, and a model saved inside the dumped step loads and runs with no ascend_tune."""
+    from ascend_tune import capture
+
+    model, optimizer, loader = make()
+    train(model, optimizer, loader, tmp_path / "global", precision=dict(steps=[1], level="mix"))
+    monkeypatch.setattr(capture, "compile_in_use", lambda models=(): True)
+    monkeypatch.setattr(capture, "run_eager", lambda stack, models=(): False)  # nothing is compiled here
+    model, optimizer, loader = make()
+    saved = []
+
+    def during(step, mon):
+        if step == 1:
+            assert len(model.fc1._forward_hooks) == 1 and not torch.nn.modules.module._global_forward_hooks
+            buffer = io.BytesIO()
+            torch.save(model, buffer)
+            saved.append(buffer.getvalue())
+
+    train(model, optimizer, loader, tmp_path / "per-module", during=during, precision=dict(steps=[1], level="mix"))
+    assert not model.fc1._forward_hooks and not model.fc1._forward_pre_hooks  # gone after the step
+    global_dump = read_dump(tmp_path / "global" / "dump" / "step1")
+    per_module = read_dump(tmp_path / "per-module" / "dump" / "step1")
+    assert per_module.names == global_dump.names and per_module.data == global_dump.data
+    restored = torch.load(io.BytesIO(saved[0]), weights_only=False)
+    hooks = list(restored.fc1._forward_hooks.values()) + list(restored.fc1._forward_pre_hooks.values())
+    assert hooks and all(getattr(h, "__self__", None) is logging.getLogger("ascend_tune.detached_hook") for h in hooks)
+    x = torch.randn(2, 16)
+    assert torch.equal(restored(x), restored.fc2(relu(restored.fc1(x))))
 
 
 def test_modules_with_inplace_relu_dump_their_backward(tmp_path):

@@ -2,9 +2,13 @@
 
 Hooks are torch's *global* forward hooks, filtered to the model's submodules (the root is left out, as msprobe
 does): nothing is attached to the model, so ``torch.save(model)`` inside the block pickles as usual, and removing
-two handles undoes everything. Backward data comes from pre-hooks on the ``grad_fn`` nodes of a call's outputs
-(gradients of the outputs: ``backward.input``) and inputs (``backward.output``), not from full backward hooks, whose
-identity views make a following ``ReLU(inplace=True)`` raise. So a module's ``backward.output`` is each input's
+two handles undoes everything. Under ``torch.compile`` global module hooks make every ``OptimizedModule`` call warn
+(and fire once more for it), so there the hooks go on each submodule for the dumped step only, as objects that
+pickle as a logger's no-op ``debug`` (a model saved meanwhile carries nothing of ours that needs ascend_tune).
+
+Backward data comes from pre-hooks on the ``grad_fn`` nodes of a call's outputs (gradients of the outputs:
+``backward.input``) and inputs (``backward.output``), not from full backward hooks, whose identity views make a
+following ``ReLU(inplace=True)`` raise. So a module's ``backward.output`` is each input's
 gradient summed over all its uses (a residual input's includes the skip path). A backward entry takes its place
 when its inputs' gradients are in, as msprobe places it. Parameter gradients come from
 ``register_post_accumulate_grad_hook``, which pickling a parameter leaves out.
@@ -13,6 +17,7 @@ when its inputs' gradients are in, as msprobe places it. Parameter gradients com
 from __future__ import annotations
 
 import contextlib
+import logging
 import sys
 from typing import Any, Callable, Optional
 
@@ -59,12 +64,20 @@ class ModuleRecorder:
         self._selected: set = set()
         self._names = module_prefixes(models)
 
-    def install(self, undo: contextlib.ExitStack) -> None:
-        """Register the hooks, each with its undo on ``undo``."""
-        pre = torch.nn.modules.module.register_module_forward_pre_hook(self._pre)
-        undo.callback(pre.remove)
-        post = torch.nn.modules.module.register_module_forward_hook(self._post, with_kwargs=True, always_call=True)
-        undo.callback(post.remove)
+    def install(self, undo: contextlib.ExitStack, per_module: bool = False) -> None:
+        """Register the hooks, each with its undo on ``undo``; ``per_module``: on each submodule instead of
+        globally (under torch.compile)."""
+        if per_module:
+            for _prefix, module in self._names.values():
+                undo.callback(module.register_forward_pre_hook(_Detachable(self._pre)).remove)
+                undo.callback(module.register_forward_hook(_Detachable(self._post), with_kwargs=True,
+                                                           always_call=True).remove)
+        else:
+            pre = torch.nn.modules.module.register_module_forward_pre_hook(self._pre)
+            undo.callback(pre.remove)
+            post = torch.nn.modules.module.register_module_forward_hook(self._post, with_kwargs=True,
+                                                                        always_call=True)
+            undo.callback(post.remove)
         if self._engine.want("backward", "input") or self._engine.want("backward", "output"):
             for prefix, module in self._names.values():
                 for pname, param in module.named_parameters(recurse=False):
@@ -224,15 +237,39 @@ class ModuleRecorder:
         return on_grad
 
 
+class _Detachable:
+    """A per-module hook that pickles as a no-op: ``logging.getLogger(...).debug`` takes any arguments, returns
+    None (so it changes no input or output) and unpickles without ascend_tune."""
+
+    __slots__ = ("_fn",)
+
+    def __init__(self, fn: Callable):
+        self._fn = fn
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._fn(*args, **kwargs)
+
+    def __reduce__(self) -> tuple:
+        return getattr, (logging.getLogger("ascend_tune.detached_hook"), "debug")
+
+
+def unwrapped(model: Any) -> Any:
+    """The module a ``torch.compile(model)`` wraps (its names are the model's), else ``model``."""
+    inner = getattr(model, "_orig_mod", None)
+    return inner if isinstance(inner, torch.nn.Module) and type(model).__name__ == "OptimizedModule" else model
+
+
 def module_prefixes(models: list) -> dict:
     """``id(module) -> (prefix, module)`` for the submodules of ``models``, prefix as msprobe names them.
 
     ``Module.fc1.Linear.`` (``Module.<index>.fc1.Linear.`` when there are several models); the root is left out, as
-    in msprobe. The module is kept beside its id so a freed module whose id is reused is not mistaken for it.
+    in msprobe, and a compiled model is named by the module it wraps (so its dump pairs with an eager run's). The
+    module is kept beside its id so a freed module whose id is reused is not mistaken for it.
     """
     names: dict = {}
     many = len(models) > 1
     for index, model in enumerate(models):
+        model = unwrapped(model)
         for path, module in model.named_modules():
             if module is model:
                 continue

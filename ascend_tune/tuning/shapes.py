@@ -16,6 +16,9 @@ writes ``shapes.csv`` (:mod:`.shapes_report`).
   header alone. A warning (``ctx.warn``) names them with the fix.
 - The monitor's own tensor work (``capture.internal()``) and the loader fetching and collating a batch (a user
   ``collate_fn`` included) are not recorded.
+- Under ``torch.compile`` (a compiled model, or compiled code run, when a watched step begins) the watched steps run
+  eager (``torch.compiler.set_stance("force_eager")``) so dynamo never traces the detector, and there is no global
+  module hook (it would make every ``OptimizedModule`` call warn): the report lists API calls only.
 - With ``precision=`` on the same steps: the builtin dump runs alongside (its mode sits above this one and records
   its statistics as internal work); msprobe and ptdbg compute their statistics with ordinary torch calls this
   detector would count as the model's, so that combination is refused.
@@ -118,6 +121,8 @@ class ShapesCallback(Callback):
         self.recording = False
         self._undo: Optional[contextlib.ExitStack] = None
         self._mode: Optional[ApiMode] = None
+        self._module_hook: Any = None
+        self._eager = False  # compiled code runs eagerly while the detector watches
         self._removal = capture.ModeRemoval()  # takes the mode off, later if torch holds it aside (see _take_off)
         self._finished = False
         self._ops: dict = {}
@@ -142,9 +147,10 @@ class ShapesCallback(Callback):
         stack.callback(self._remove)  # the undo travels with the block whatever happens next
         undo = contextlib.ExitStack()
         self._undo = undo
-        if self._names:
-            handle = torch.nn.modules.module.register_module_forward_hook(self._on_module, with_kwargs=True)
-            undo.callback(handle.remove)
+        if self._names and not capture.compile_in_use(ctx.models):
+            self._module_hook = torch.nn.modules.module.register_module_forward_hook(self._on_module,
+                                                                                     with_kwargs=True)
+            undo.callback(self._module_hook.remove)
         self._mode = ApiMode(self)
         self._mode.__enter__()
         _installed.add(self)
@@ -155,6 +161,7 @@ class ShapesCallback(Callback):
         elif self._first <= step <= self._last:
             self._step = step
             self.recording = self._error is None
+            self._keep_out_of_compile()
 
     def on_step_end(self, ctx: RunContext, step: int) -> None:
         if not self._finished and step >= self._last:
@@ -216,6 +223,15 @@ class ShapesCallback(Callback):
             op = self._ops[(name, stack)] = _Op(name, stack, self._step)
         op.signatures.setdefault((inputs, outputs), self._step)
         self._steps_seen.add(self._step)
+
+    def _keep_out_of_compile(self) -> None:
+        """Once torch.compile is in use: watched steps run eager and the global module hook goes."""
+        if self._eager or self._undo is None or not capture.compile_in_use(self._ctx.models):
+            return
+        self._eager = capture.run_eager(self._undo, self._ctx.models)
+        if self._module_hook is not None:
+            self._module_hook.remove()
+            self._module_hook = None
 
     def _fail(self, exc: BaseException) -> None:
         self.recording = False
