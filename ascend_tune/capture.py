@@ -313,7 +313,11 @@ def wrap_loader(
 def _marked_iter(self: Any) -> Iterator:
     tracker, on_pass, on_batch = self.__dict__["_ascend_tune_marks"]
     on_pass(tracker.begin_pass(self))
-    return iterate_marked(super(type(self), self).__iter__(), on_batch)
+    # torch names only __next__ in a trace; starting a pass (worker start-up, the sampler's seed read with .item())
+    # is loader work too, named the same way so the advisor counts it as the loader's, not as a host sync of the step
+    with torch.profiler.record_function(f"enumerate(DataLoader)#{type(self).__name__}.__iter__"):
+        iterator = super(type(self), self).__iter__()
+    return iterate_marked(iterator, on_batch)
 
 
 def _unwrap(loader: Any, original: type) -> None:

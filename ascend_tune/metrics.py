@@ -21,6 +21,7 @@ import torch
 
 from . import device
 from .analysis.logs.rates import RateStats, WarmUp
+from .formats.trace_names import read_back_name
 
 
 @dataclass
@@ -73,7 +74,11 @@ class Window:
 
 
 class _PendingRead:
-    """Losses of one window on their way to the host; ``ready()`` never blocks unless forced."""
+    """Losses of one window on their way to the host; ``ready()`` never blocks unless forced.
+
+    Its waits run inside a profiler annotation (:mod:`~ascend_tune.formats.trace_names`), so a trace shows them
+    as the monitor's own read-back, one per log line, and the advisor does not report them as host syncs to fix.
+    """
 
     def __init__(self, entries: list, tensors: list, host: Optional[torch.Tensor], event: Any):
         self.entries = entries
@@ -85,11 +90,16 @@ class _PendingRead:
         if self._event is None:
             return True
         if force or self._event.query():
-            self._event.synchronize()
+            with torch.profiler.record_function(read_back_name(len(self.entries))):
+                self._event.synchronize()
             return True
         return False
 
     def values(self) -> list:
+        with torch.profiler.record_function(read_back_name(len(self.entries))):
+            return self._values()
+
+    def _values(self) -> list:
         if self._host is not None:
             flat = self._host.numpy().tolist()
         elif len(self._tensors) == 1:  # log_every=1: one scalar, no stacking

@@ -219,3 +219,56 @@ def test_cli_json_carries_findings_and_step_parts(unfused_sgd, tmp_path, capsys)
     (trace,) = data["traces"]
     assert {f["rule"] for f in trace["findings"]} >= {"unfused-optimizer"}
     assert set(trace["steps"][0]["parts_ms"]) >= {"optimizer", "backward", "dataloader", "python & idle"}
+
+
+def _monitored_trace(out_dir, with_item: bool) -> str:
+    """A loop under TrainingMonitor(profile=...), log line every step: the monitor reads the loss back once per
+    line, and a new pass over the shuffled loader reads its sampler's seed; ``with_item``: the loop also calls
+    ``loss.item()`` itself."""
+    from ascend_tune import TrainingMonitor
+
+    torch.manual_seed(0)
+    model = TinyMLP()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, foreach=True)
+    loader = DataLoader(synthetic_classification(n=16), batch_size=8, shuffle=True)
+    profile = dict(skip_first=0, wait=0, warmup=1, active=3, repeat=1)
+    with TrainingMonitor(model, optimizer, loader, log_dir=str(out_dir), quiet=True, tune=False, profile=profile):
+        for _epoch in range(3):
+            for x, y in loader:
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                if with_item:
+                    loss.item()
+    return str(out_dir / "profile")
+
+
+def test_the_monitors_own_work_is_not_a_host_sync_to_fix(tmp_path):
+    assert _by_rule(_advise(_monitored_trace(tmp_path / "clean", with_item=False)), "host-sync") == []
+    (finding,) = _by_rule(_advise(_monitored_trace(tmp_path / "item", with_item=True)), "host-sync")
+    assert re.search(r"\b1 host sync per step", finding.evidence)  # the loop's own item() only
+
+
+def test_a_read_back_annotation_is_skipped_and_named(tmp_path):
+    """On a GPU the monitor's read-back waits on an event once per log line: inside its annotation it is left out."""
+    from ascend_tune.formats.trace_names import read_back_name
+
+    torch.manual_seed(0)
+    model = TinyMLP()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, foreach=True)
+
+    def train_step(batch):
+        x, y = batch
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        with torch.profiler.record_function(read_back_name(5)):
+            loss.item()  # what the monitor's read looks like to the profiler
+        loss.item()  # and the loop's own
+
+    loader = DataLoader(synthetic_classification(n=32), batch_size=8)
+    (finding,) = _by_rule(_advise(_profile(tmp_path, train_step, loader, active=3)), "host-sync")
+    assert re.search(r"\b1 host sync per step", finding.evidence)
+    assert "Not counted: ascend_tune's own loss read-back, one per log line (every 5 steps)" in finding.evidence

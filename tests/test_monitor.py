@@ -398,3 +398,22 @@ def test_a_list_cannot_be_wrapped_but_steps_are_still_counted(tmp_path, caplog):
     assert len(read_log(tmp_path)) == 2
     assert math.isfinite(read_jsonl(tmp_path / "metrics.jsonl")[0]["loss"])
     assert os.path.exists(tmp_path / "summary.json")
+
+
+def test_event_records_are_told_apart_from_step_records_and_readers_skip_them(setup, tmp_path):
+    from ascend_tune.analysis.logs.read import read_log as read_loss_log
+
+    model, optimizer, loader = setup
+    with TrainingMonitor(model, optimizer, loader, log_dir=tmp_path, quiet=True, tune=False,
+                         profile=dict(skip_first=1, wait=0, warmup=1, active=1, repeat=1),
+                         precision=dict(steps=[2], level="L1")):
+        train(model, optimizer, loader)
+    records = read_jsonl(tmp_path / "metrics.jsonl")
+    events = [r for r in records if "event" in r]
+    kinds = {r["event"] for r in events}
+    assert {"precision_dump", "profile_trace"} <= kinds
+    assert any("step" in r for r in events)  # events name their step too ...
+    steps = [r for r in records if "event" not in r]
+    assert all("loss" in r and "window_steps" in r for r in steps)  # ... but only step records have these
+    log = read_loss_log(str(tmp_path / "metrics.jsonl"))
+    assert list(log.steps) == list(range(8)) and log.events == len(events)  # one record per step, no duplicate

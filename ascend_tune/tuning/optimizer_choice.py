@@ -44,9 +44,11 @@ NPU_FUSED_DTYPES = (torch.float32, torch.float16)
 
 # Timing on clones costs a copy of the parameters and a few steps of each variant, once per run: it is done when
 # the copy is small (16 MB of fp32), and each variant gets a share of the budget. Small sets get up to ten timed
-# steps per variant, whose best is robust to a busy machine.
+# steps per variant, whose best is robust to a busy machine; every variant gets at least three, so one step that
+# another process slowed down (the reported gain reads these) is never the only one.
 MEASURE_MAX_ELEMENTS = 4_000_000
 MEASURE_BUDGET_S = 0.03
+MEASURE_MIN_STEPS = 3
 MEASURE_MAX_STEPS = 10
 
 
@@ -386,8 +388,8 @@ def _measure(optimizer: torch.optim.Optimizer, variants: list, keys: list) -> tu
 
     Each variant runs its steps back to back, as training does: interleaving them would let the thread pool of a
     multi-threaded fused kernel go cold between its steps and time the wake-up instead of the kernel. A variant
-    stops after its share of the budget (at least one timed step). The user's parameters, gradients, state and
-    random generator are untouched: clones get constant gradients.
+    stops after its share of the budget (at least ``MEASURE_MIN_STEPS`` timed steps). The user's parameters,
+    gradients, state and random generator are untouched: clones get constant gradients.
     """
     clones = []
     for group in optimizer.param_groups:
@@ -411,7 +413,7 @@ def _measure(optimizer: torch.optim.Optimizer, variants: list, keys: list) -> tu
                 failed[variant] = f"{type(exc).__name__}: {exc}".splitlines()[0]
                 continue
             times: list = []
-            while len(times) < MEASURE_MAX_STEPS and sum(times) < share:
+            while len(times) < MEASURE_MAX_STEPS and (len(times) < MEASURE_MIN_STEPS or sum(times) < share):
                 sync()
                 t0 = time.perf_counter()
                 step()

@@ -1,7 +1,9 @@
 """Rules ``host-sync``, ``sync-batchnorm`` and ``launch-blocking``: where the host waits for the device.
 
 A sync is located by the Python frames around it (``with_stack=True``: kineto's ``python_function`` events, or
-torch_npu's "Call stack" argument) or, without them, by the ops and annotations that enclose it.
+torch_npu's "Call stack" argument) or, without them, by the ops and annotations that enclose it. The monitor's own
+loss read-back, one per log line by design, runs inside its annotation (``ascend_tune.loss_read_back#<k>``) and is
+not a host sync to fix: it is left out, and named in the evidence when other syncs are reported.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
+from ....formats.trace_names import read_back_steps
 from ...traces.model import Trace
 from ..findings import Finding, median, step_label, step_windows
 from ..steps import is_dataloader, is_optimizer, is_sync
@@ -26,13 +29,18 @@ _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 def host_syncs(trace: Trace) -> list:
     """``.item()``-style reads and stream synchronizes inside the step; the Python line that made them."""
     sites: dict = defaultdict(lambda: defaultdict(int))  # (what, where) -> step -> count
+    monitor_reads: set = set()  # the log intervals of the monitor's own read-backs seen
     for step, window in step_windows(trace):
         counted: set = set()
         for index in window:
             if not is_sync(trace, index):
                 continue
-            if any(is_optimizer(trace.events[p].name) or is_dataloader(trace.events[p].name)
-                   for p in trace.host_ancestors(index)):
+            names = [trace.events[p].name for p in trace.host_ancestors(index)]
+            own = [read_back_steps(name) for name in names if read_back_steps(name) is not None]
+            if own:
+                monitor_reads.add(own[0])
+                continue  # the monitor's one read-back per log line: by design, and it knows its interval
+            if any(is_optimizer(name) or is_dataloader(name) for name in names):
                 continue  # optimizer step counters and loader internals live on the host by design
             site = index
             for parent in trace.ancestors(index):
@@ -63,6 +71,10 @@ def host_syncs(trace: Trace) -> list:
         evidence += " (Free on a CPU; on a GPU or NPU it stalls the launch queue.)"
     if not trace.has_stack:
         evidence += " The trace has no Python stack: profile with with_stack=True to see the line."
+    if monitor_reads:
+        every = ", ".join(str(k) for k in sorted(monitor_reads))
+        evidence += (f" Not counted: ascend_tune's own loss read-back, one per log line (every {every} "
+                     f"step{'' if every == '1' else 's'}).")
     return [Finding(
         rule="host-sync",
         severity="warning" if typical >= 1 else "info",
