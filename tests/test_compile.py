@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import read_jsonl
 
 from ascend_tune.analysis.dumps.read import read_dump
 
@@ -38,6 +39,8 @@ def test_a_dumped_step_runs_eager_and_the_others_stay_compiled(tmp_path, referen
     assert noise == []  # no dynamo warning, graph break or recompile caused by ascend_tune
     assert result["losses"] == reference["losses"]  # bitwise those of the unmonitored compiled run
     assert result["compiles"] == 1 and result["graph_runs"] == 5  # step 3 ran eager, no recompile after it
+    steps = [r for r in read_jsonl(tmp_path / "metrics.jsonl") if "event" not in r]
+    assert [r["loss"] for r in steps] == result["losses"]  # one line per optimizer step, with its loss
     dump = read_dump(tmp_path / "dump" / "step3")
     names = dump.names
     for name in ("Functional.linear.0.forward", "Functional.linear.0.backward", "Module.0.Linear.forward.0",

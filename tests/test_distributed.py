@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
 
+import pytest
 from conftest import read_jsonl, read_log
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "ddp_train.py")
@@ -39,3 +41,48 @@ def test_torchrun_two_ranks(tmp_path):
         # no collective inside the step loop; one gather at exit
         assert seen["calls"] == [{"collective": "all_gather_object", "in_loop": False}]
         assert seen["epoch"] == 1  # the wrapped loader advanced DistributedSampler's epoch
+
+
+FSDP2_SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "fsdp2_train.py")
+
+
+def test_fsdp2_two_ranks_dump_local_shards_and_train_unchanged(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env["OMP_NUM_THREADS"] = "1"
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", FSDP2_SCRIPT,
+         str(tmp_path)],
+        capture_output=True, text=True, timeout=300, env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "dump failed" not in proc.stderr and "stopped recording" not in proc.stderr
+    dumped = tmp_path / "dumped"
+    assert len(read_log(dumped)) == 4
+    for rank in (0, 1):
+        result = json.loads((tmp_path / f"result_rank{rank}.json").read_text())
+        assert result["param_type"] == "DTensor"
+        assert result["dumped"] == result["reference"]  # the monitor and its dump changed no number
+        steps = [r for r in read_jsonl(dumped / f"rank{rank}" / "metrics.jsonl") if "event" not in r]
+        assert [r["loss"] for r in steps] == pytest.approx(result["reference"], rel=1e-6)
+        index = json.loads((dumped / "dump" / "step1" / f"rank{rank}" / "dump.json").read_text())
+        names = list(index["data"])
+        assert any(n.startswith("Functional.linear.") for n in names)
+        assert any(n.startswith("Module.") and "Linear.forward" in n for n in names)
+        assert index["sharded_tensors"]["statistics_of"] == "local_shard"
+        shards = [t for entry in index["data"].values() for t in _tensors(entry) if "dtensor" in t]
+        assert shards and all(t["Max"] is not None for t in shards if t["shape"] and t["dtype"] == "torch.float32")
+        # tune=True swaps the optimizer on DTensor parameters too (probed with DTensors), and it still trains
+        tuning = json.loads((tmp_path / "tuned" / "tuning.json").read_text())["optimizer"]
+        assert tuning["action"] == "swapped" and result["tuned_flags"]["fused"] is True
+        assert all(math.isfinite(v) for v in result["tuned"])
+        assert result["tuned"] == pytest.approx(result["reference"], rel=1e-4)
+
+
+def _tensors(value):
+    if isinstance(value, dict):
+        if value.get("type") == "torch.Tensor":
+            return [value]
+        return [t for v in value.values() for t in _tensors(v)]
+    if isinstance(value, list):
+        return [t for v in value for t in _tensors(v)]
+    return []
