@@ -236,4 +236,5 @@ def test_by_default_on_cpu_nothing_changes_and_the_faster_variant_is_reported(tm
         assert f"as fast with {record['would_run']}=True" in lines[0]
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["tuning"]["optimizer"]["action"] == "reported"
+    assert summary["tuning"]["optimizer"]["would_run"] == record["would_run"]
 

@@ -160,8 +160,11 @@ class TuningCallback(Callback):
         if self._swap is None:
             return None
         decision = self._swap.decision
+        optimizer = {"action": decision.action, "variant": decision.variant, "reason": decision.reason}
+        if decision.action == "reported":
+            optimizer.update(would_run=decision.would_run, gain=decision.gain)
         return {
-            "optimizer": {"action": decision.action, "variant": decision.variant, "reason": decision.reason},
+            "optimizer": optimizer,
             "compile_mode": {k: v for k, v in self._record["compile_mode"].items() if k in ("action", "jit_compile")},
         }
 
