@@ -155,3 +155,23 @@ def test_a_wrapping_optimizer_and_closures_count_once_per_real_step(tmp_path):
 
             optimizer.step(closure)
     assert len(read_log(tmp_path)) == len(loader) == 12
+
+
+def test_a_step_gradscaler_skips_is_a_skipped_step_also_before_the_first_real_one(tmp_path):
+    model, loader = fresh()
+    batches = list(loader)[:4]
+    with TrainingMonitor(model, log_dir=tmp_path, quiet=True):
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 4)
+        for i, (x, y) in enumerate(batches):
+            loss = F.cross_entropy(model(x), y)
+            if i in (0, 2):
+                loss = loss * float("inf")  # inf gradients: GradScaler skips optimizer.step()
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad()
+    records = read_jsonl(tmp_path / "metrics.jsonl")
+    assert [(r["step"], r["skipped"]) for r in records] == [(0, 1), (1, 0), (2, 1), (3, 0)]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["steps"] == 4 and summary["skipped_steps"] == 2
