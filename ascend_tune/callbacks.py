@@ -4,12 +4,20 @@ Each method is optional and receives the run's :class:`~ascend_tune.context.RunC
 monitor. Steps are numbered as in the log. ``on_step_begin(n)`` runs before step n's first forward (at the block's
 start, then right after step n-1 ends); ``on_step_end(n)`` right after step n's ``optimizer.step()`` (or backward /
 ``mon.step()`` when that is what ends a step).
+
+:class:`CallbackSet` drives them. A feature's callback (ours) that raises is contained: warned once, driven no more,
+training goes on; what it registered on the block's stack is still undone at the end. A user's callback is the
+user's own code: its exception propagates as any exception of the loop would (at the block's end, once everything
+is closed).
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Optional
+import importlib
+from typing import TYPE_CHECKING, Callable, Optional
+
+from .errors import AscendTuneError, ConfigError
 
 if TYPE_CHECKING:
     from .context import RunContext
@@ -35,3 +43,119 @@ class Callback:
     def summary(self) -> Optional[dict]:
         """What this callback adds to summary.json, or None."""
         return None
+
+
+# feature option -> (module, factory); factory(value, ctx) returns a Callback or None (the feature is off); ctx is
+# the RunContext without features. Each factory reads its own environment switch (ASCEND_TUNE_PROFILE, ...) when the
+# option is not given. The order is the order of on_enter and of every step event: profile and precision only
+# prepare at on_enter (nothing is hooked before a selected step begins); seed then seeds, so that tune's probes,
+# which draw no random numbers, run after it and the user's first batch draws the seeded stream; shapes comes
+# last because it checks the precision feature it would run beside (ctx.feature("precision")).
+FEATURES: dict = {
+    "profile": ("ascend_tune.profiling", "build_callback"),
+    "precision": ("ascend_tune.precision.callback", "build_callback"),
+    "seed": ("ascend_tune.precision.seed", "build_callback"),
+    "tune": ("ascend_tune.tuning", "build_callback"),
+    "shapes": ("ascend_tune.tuning.shapes", "build_shapes_callback"),
+}
+
+
+def build_features(values: dict, ctx: RunContext) -> list:
+    """The callbacks of the feature options (``values``: option -> value), each built by its own module (imported
+    only when used), in the order of :data:`FEATURES`."""
+    for option, value in values.items():
+        if value is not None and option not in FEATURES:
+            raise ConfigError(f"option {option!r} is not available in this version of ascend_tune")
+    built = []
+    for option, (module_name, factory) in FEATURES.items():
+        cb = getattr(importlib.import_module(module_name), factory)(values.get(option), ctx)
+        if cb is not None:
+            built.append(cb)
+    return built
+
+
+class CallbackSet:
+    """The callbacks of one block in order: the features' (``ours``), then the user's.
+
+    Parameters:
+        ours: the callbacks the feature options built; contained when they raise.
+        users: the user's ``callbacks=``; their exceptions propagate.
+        warn: where a contained failure is reported (the run's warning, recorded in metrics.jsonl).
+    """
+
+    def __init__(self, ours: list, users: list, warn: Callable[[str], None]):
+        self.active = list(ours) + list(users)
+        self._ours = {id(cb) for cb in ours}
+        self._warn = warn
+        self.user_error: Optional[BaseException] = None  # the first a user's callback raised at the block's end
+        self.dropped: list = []  # summary.json's features_failed: {"feature", "method", "error"} per one stopped
+        self._index()
+
+    def enter(self, ctx: RunContext, stack: contextlib.ExitStack) -> None:
+        """``on_enter`` of each; a bad option or output found there (``AscendTuneError``) stops the block's start."""
+        for cb in list(self.active):
+            try:
+                cb.on_enter(ctx, stack)
+            except AscendTuneError:
+                raise
+            except Exception as exc:
+                if not self._drop(cb, "on_enter", exc):
+                    raise
+
+    def step_begin(self, ctx: RunContext, step: int) -> None:
+        """``on_step_begin(step)`` of each callback that has one."""
+        for cb in self._begin:
+            try:
+                cb.on_step_begin(ctx, step)
+            except Exception as exc:
+                if not self._drop(cb, "on_step_begin", exc):
+                    raise
+
+    def step_end(self, ctx: RunContext, step: int) -> None:
+        """``on_step_end(step)`` of each callback that has one."""
+        for cb in self._end:
+            try:
+                cb.on_step_end(ctx, step)
+            except Exception as exc:
+                if not self._drop(cb, "on_step_end", exc):
+                    raise
+
+    def exit(self, ctx: RunContext, exc_type: Optional[type]) -> None:
+        """``on_exit`` of each; never raises (a user's exception waits in :attr:`user_error`)."""
+        for cb in list(self.active):
+            try:
+                cb.on_exit(ctx, exc_type)
+            except Exception as exc:
+                if not self._drop(cb, "on_exit", exc) and self.user_error is None:
+                    self.user_error = exc
+
+    def summaries(self) -> dict:
+        """summary.json's entry of each callback that has one, by name; never raises."""
+        out: dict = {}
+        for cb in self.active:
+            try:
+                extra = cb.summary()
+            except Exception as exc:
+                if not self._drop(cb, "summary", exc) and self.user_error is None:
+                    self.user_error = exc
+                continue
+            if extra is not None:
+                out[cb.name] = extra
+        return out
+
+    def _drop(self, cb: Callback, method: str, exc: Exception) -> bool:
+        """Stop driving one of our callbacks that raised (warned once); False for a user's, whose error is theirs."""
+        if id(cb) not in self._ours:
+            return False
+        with contextlib.suppress(ValueError):
+            self.active.remove(cb)
+        self._index()
+        error = f"{type(exc).__name__}: {exc}"
+        self.dropped.append({"feature": cb.name, "method": method, "error": error})
+        self._warn(f"{cb.name}: {error} (in {method}); this feature stops for the rest of the run, training goes on")
+        return True
+
+    def _index(self) -> None:
+        self._begin = tuple(cb for cb in self.active if type(cb).on_step_begin is not Callback.on_step_begin)
+        self._end = tuple(cb for cb in self.active if type(cb).on_step_end is not Callback.on_step_end)
+        self.stepping = bool(self._begin or self._end)  # whether any listens to steps (else the monitor skips)

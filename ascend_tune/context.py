@@ -14,6 +14,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Optional, Protocol
 
 from .errors import ConfigError
+from .formats.atomic import Outputs
 from .formats.run_dir import RunDir
 
 if TYPE_CHECKING:
@@ -44,6 +45,8 @@ class RunContext:
         events: event lines and warnings (see :class:`EventRecorder`).
         features: the callbacks built from the feature options, by name (``"precision"``, ...); empty while the
             features are being built, filled for ``on_enter`` and after.
+        outputs: the run's one fail-soft write path: every file a feature writes goes through it (an ``OSError``
+            costs that output, warned once and listed in summary.json's ``outputs_failed``, never the run).
     """
 
     run_dir: RunDir
@@ -55,6 +58,7 @@ class RunContext:
     optimizer: Any
     events: EventRecorder
     features: Mapping = field(default_factory=lambda: MappingProxyType({}))
+    outputs: Outputs = field(default_factory=Outputs)
 
     @property
     def log_dir(self) -> str:

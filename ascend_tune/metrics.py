@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 import numpy as np
 import torch
@@ -24,21 +24,14 @@ from .analysis.logs.rates import RateStats, WarmUp
 from .formats.trace_names import read_back_name
 
 
-@dataclass
-class StepEntry:
-    """One optimizer step as the clock saw it; ``loss`` stays a device tensor until read back."""
+class Window(NamedTuple):
+    """The steps between two log lines, with their read-back losses (made by :func:`make_window`).
 
-    step: int
-    loss: Optional[torch.Tensor]
-    samples: Optional[int]
-    skipped: bool
-    at: float  # time.perf_counter() when the step ended
-    wall: float  # time.time() when the step ended
-
-
-@dataclass(frozen=True)
-class Window:
-    """The steps between two log lines, with their read-back losses."""
+    ``loss`` is the mean step loss of the window (NaN when a step's loss is NaN, or when no step had a loss),
+    ``nonfinite`` the steps whose loss is NaN or infinite; ``steps_per_sec`` = steps / seconds (inf for no time),
+    ``samples_per_sec`` = samples / seconds (None when not counted). A tuple with its figures computed once, not a
+    dataclass with properties: one is made and read by every sink per log line.
+    """
 
     first_step: int
     last_step: int
@@ -47,30 +40,14 @@ class Window:
     losses: tuple  # float or None per step, in step order
     skipped: int
     end_time: float  # time.time() at the last step
+    loss: float
+    nonfinite: int
+    steps_per_sec: float
+    samples_per_sec: Optional[float]
 
     @property
     def steps(self) -> int:
         return len(self.losses)
-
-    @property
-    def steps_per_sec(self) -> float:
-        return self.steps / self.seconds if self.seconds > 0 else math.inf
-
-    @property
-    def samples_per_sec(self) -> Optional[float]:
-        if self.samples is None or self.seconds <= 0:
-            return None
-        return self.samples / self.seconds
-
-    @property
-    def loss(self) -> float:
-        """Mean step loss of the window (NaN when a step's loss is NaN, or when no step had a loss)."""
-        known = [v for v in self.losses if v is not None]
-        return sum(known) / len(known) if known else math.nan
-
-    @property
-    def nonfinite(self) -> int:
-        return sum(1 for v in self.losses if v is not None and not math.isfinite(v))
 
 
 class _PendingRead:
@@ -79,6 +56,8 @@ class _PendingRead:
     Its waits run inside a profiler annotation (:mod:`~ascend_tune.formats.trace_names`), so a trace shows them
     as the monitor's own read-back, one per log line, and the advisor does not report them as host syncs to fix.
     """
+
+    __slots__ = ("entries", "_tensors", "_host", "_event")
 
     def __init__(self, entries: list, tensors: list, host: Optional[torch.Tensor], event: Any):
         self.entries = entries
@@ -96,14 +75,19 @@ class _PendingRead:
         return False
 
     def values(self) -> list:
+        if self._host is None and (not self._tensors or self._tensors[0].is_cpu) and not _torch_profiling():
+            return self._values()  # host losses and no torch profiler: the annotation would only cost (~6 us)
         with torch.profiler.record_function(read_back_name(len(self.entries))):
             return self._values()
 
     def _values(self) -> list:
         if self._host is not None:
             flat = self._host.numpy().tolist()
-        elif len(self._tensors) == 1:  # log_every=1: one scalar, no stacking
-            flat = [self._tensors[0].tolist()]
+        elif len(self._tensors) == 1:  # log_every=1: one scalar (or a (1,) loss, or the stacked ones), one read
+            value = self._tensors[0].tolist()
+            if len(self.entries) == 1 and type(value) is float:
+                return [value]
+            flat = value if isinstance(value, list) else [value]
         elif self._tensors:
             flat = torch.stack(self._tensors).float().tolist()
         else:
@@ -112,16 +96,23 @@ class _PendingRead:
         return [None if e.loss is None else float(next(it)) for e in self.entries]
 
 
+def _torch_profiling() -> bool:
+    """Whether torch's profiler is recording (True when this torch cannot tell)."""
+    enabled = getattr(torch._C._autograd, "_profiler_enabled", None)
+    return True if enabled is None else bool(enabled())
+
+
 def read_back(entries: list, lag: bool) -> _PendingRead:
     """Start reading the step losses of ``entries``: one stacked transfer, non-blocking on an accelerator."""
     tensors = [e.loss for e in entries if e.loss is not None]
     if not tensors:
         return _PendingRead(entries, [], None, None)
-    dev = tensors[0].device
-    if not lag or dev.type == "cpu":
+    if not lag or tensors[0].is_cpu:  # a host tensor is read where it lies: nothing to wait for
         if len(tensors) > 1:
+            dev = tensors[0].device
             tensors = [t.to(dev).reshape(()) for t in tensors]
         return _PendingRead(entries, tensors, None, None)
+    dev = tensors[0].device
     tensors = [t.to(dev).reshape(()) for t in tensors]
     stacked = torch.stack(tensors).float()
     host = torch.empty(stacked.shape, dtype=stacked.dtype, pin_memory=True)
@@ -134,7 +125,11 @@ def read_back(entries: list, lag: bool) -> _PendingRead:
 
 
 class StepClock:
-    """Host-side timing of log windows. No device calls: it only counts steps, samples and wall seconds."""
+    """Host-side timing of log windows. No device calls: it only counts steps, samples and wall seconds.
+
+    Its entries are the :class:`~ascend_tune.steps.ClosedStep` objects themselves (``step``, ``loss`` still on the
+    device, ``samples``, ``skipped``, ``at`` = ``time.perf_counter()`` and ``wall`` = ``time.time()`` at its end).
+    """
 
     def __init__(self, start_step: int = 0):
         self.next_step = start_step
@@ -143,16 +138,15 @@ class StepClock:
         self._entries: list = []
         self._samples: Optional[int] = 0
 
-    def commit(self, closed: Any) -> StepEntry:
-        """Count one closed step (a :class:`~ascend_tune.steps.ClosedStep`); steps come in order."""
-        entry = StepEntry(closed.step, closed.loss, closed.samples, closed.skipped, closed.at, closed.wall)
+    def commit(self, closed: Any) -> Any:
+        """Count one closed step (a :class:`~ascend_tune.steps.ClosedStep`, kept as it is); steps come in order."""
         self.next_step = closed.step + 1
-        self._entries.append(entry)
+        self._entries.append(closed)
         if closed.samples is None or self._samples is None:
             self._samples = None
         else:
             self._samples += closed.samples
-        return entry
+        return closed
 
     @property
     def pending_steps(self) -> int:
@@ -173,11 +167,10 @@ class RunTotals:
     start_step: int
     warmup_steps: int
     windows: list = field(default_factory=list)
+    warmup: WarmUp = field(init=False)  # the run's warm-up, in optimizer steps (the rule of analysis.logs.rates)
 
-    @property
-    def warmup(self) -> WarmUp:
-        """The run's warm-up, in optimizer steps (the rule of analysis.logs.rates)."""
-        return WarmUp(self.start_step, self.warmup_steps)
+    def __post_init__(self) -> None:
+        self.warmup = WarmUp(self.start_step, self.warmup_steps)
 
     def add(self, window: Window) -> None:
         self.windows.append(window)
@@ -218,6 +211,20 @@ def _rate_stats(rates: list, windows: list, unit: str) -> Optional[dict]:
     return None if stats is None else stats.as_dict()
 
 
+def gather_ranks(totals: RunTotals, rank: int, world_size: int) -> Optional[dict]:
+    """:func:`across_ranks` of every rank's figures, gathered in one ``all_gather_object``; None with one rank."""
+    dist = torch.distributed
+    if world_size <= 1 or not (dist.is_available() and dist.is_initialized()):
+        return None
+    mine = totals.summary()
+    rate = mine["steps_per_sec"] or {}
+    entry = {"rank": rank, "steps": mine["steps"], "median_steps_per_sec": rate.get("median"),
+             "overall_steps_per_sec": rate.get("overall")}
+    gathered: list = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, entry)
+    return across_ranks(gathered)
+
+
 def across_ranks(per_rank: list) -> dict:
     """Min / median / max of the ranks' median steps/sec, and which rank is slowest (a straggler hint)."""
     known = [r for r in per_rank if r.get("median_steps_per_sec") is not None]
@@ -231,12 +238,26 @@ def across_ranks(per_rank: list) -> dict:
 
 def make_window(entries: list, seconds: float, samples: Optional[int], losses: list) -> Window:
     """The Window of ``entries`` once their losses are on the host."""
+    timed = seconds > 0
+    sps = None if samples is None or not timed else samples / seconds
+    if len(entries) == 1:  # log_every=1
+        e, value = entries[0], losses[0]
+        rate = 1 / seconds if timed else math.inf
+        if value is None:
+            return Window(e.step, e.step, seconds, samples, (None,), int(e.skipped), e.wall, math.nan, 0, rate, sps)
+        return Window(e.step, e.step, seconds, samples, (value,), int(e.skipped), e.wall, value,
+                      0 if math.isfinite(value) else 1, rate, sps)
+    known = [v for v in losses if v is not None]
     return Window(
-        first_step=entries[0].step,
-        last_step=entries[-1].step,
-        seconds=seconds,
-        samples=samples,
-        losses=tuple(losses),
-        skipped=sum(1 for e in entries if e.skipped),
-        end_time=entries[-1].wall,
+        entries[0].step,
+        entries[-1].step,
+        seconds,
+        samples,
+        tuple(losses),
+        sum(1 for e in entries if e.skipped),
+        entries[-1].wall,
+        sum(known) / len(known) if known else math.nan,
+        sum(1 for v in known if not math.isfinite(v)),
+        len(entries) / seconds if timed else math.inf,
+        sps,
     )

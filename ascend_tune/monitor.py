@@ -5,14 +5,13 @@ optimizer hooks, GradScaler, loader wrap) feeds events to a :class:`~.steps.Step
 the features' callbacks and the step clock (:mod:`.metrics`), whose log windows go to the sinks (:mod:`.sinks`).
 How a step and its loss are seen is documented in :mod:`.steps`.
 
-Features are built and entered in the order of ``_FEATURES`` below, then the user's own callbacks; each factory
-reads its own ``ASCEND_TUNE_*`` switch when its option is not given. The order is decided there, and why.
+Features are built and entered in the order of :data:`~.callbacks.FEATURES`, then the user's own callbacks; each
+factory reads its own ``ASCEND_TUNE_*`` switch when its option is not given. The order is decided there, and why.
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib
 import logging
 import os
 import time
@@ -23,12 +22,13 @@ from typing import Any, Optional
 import torch
 
 from . import capture, device, metrics, sinks
-from .callbacks import Callback
+from .callbacks import Callback, CallbackSet, build_features
 from .context import RunContext, detect_rank, detect_world_size
 from .errors import ConfigError, check_option_names
-from .formats.atomic import write_json_atomic
+from .formats.atomic import Outputs
 from .formats.run_dir import RunDir
 from .optimizer_watch import OptimizerWatch
+from .sigterm import SigtermHandler
 from .steps import OPTIMIZER, WATCH, ClosedStep, StepTracker
 
 logger = logging.getLogger("ascend_tune")
@@ -152,11 +152,10 @@ class TrainingMonitor:
                 self._watch = OptimizerWatch(self._tracker, self._models, self._events.warn)
                 self._watch.install(stack)
             self._ctx = self._context({})
-            built = self._build_features(self._ctx)
+            built = build_features(self.features, self._ctx)
             self._ctx = self._context({cb.name: cb for cb in built})
-            self._callbacks = built + self.callbacks
-            for cb in self._callbacks:
-                cb.on_enter(self._ctx, stack)
+            self._callbacks = CallbackSet(built, self.callbacks, self._events.warn)
+            self._callbacks.enter(self._ctx, stack)
             if self.train_loader is not None:
                 if capture.wrap_loader(stack, self.train_loader, self._on_pass, self._on_batch):
                     self._tracker.count_batches()
@@ -166,35 +165,48 @@ class TrainingMonitor:
                         "`mon.loader(train_loader)` to mark batches (steps are still counted)",
                         type(self.train_loader).__name__,
                     )
+            SigtermHandler(lambda: self._close_block("SIGTERM", None), self._outputs).install(stack)
+            self._stack = stack
+            self._callbacks.step_begin(self._ctx, self.start_step)
         except BaseException:
+            self._stack = None
             stack.close()
             raise
-        self._stack = stack
-        for cb in self._callbacks:
-            cb.on_step_begin(self._ctx, self.start_step)
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        self._close_block(exc_type.__name__ if exc_type is not None else None, exc_type)
+        if exc_type is None and self._callbacks.user_error is not None:
+            raise self._callbacks.user_error  # a user's callback failed at the end: theirs to see
+        return False  # never swallow the loop's exception
+
+    def _close_block(self, interrupted_by: Optional[str], exc_type: Any) -> None:
+        """The block's end (``__exit__``, or SIGTERM): each part contained, so this never raises."""
         stack, self._stack = self._stack, None
         if stack is None:
-            return False
-        try:
-            if self._watch is not None:
-                self._watch.at_exit()
-            self._tracker.commit()
-            if self.clock.pending_steps:
+            return
+        with self._outputs:  # a SIGTERM now waits until summary.json is written
+            self._events.contained("the step log", self._flush_steps)
+            self._callbacks.exit(self._ctx, exc_type)
+            # the monitor's only collective, once; skipped when the block raised or was interrupted, since the
+            # other ranks may never reach it
+            across = None if interrupted_by else self._events.contained("the ranks' summary", metrics.gather_ranks,
+                                                                 self.totals, self.rank, self.world_size)
+            self._finished = True
+            # closed before summary.json is written, so that what failed while closing (tuning.json's last
+            # update, a log file deleted under the run) is in its outputs_failed
+            self._events.contained("the block's end", stack.close)
+            if self.rank == 0:
+                self._events.contained("summary.json", self._write_summary, interrupted_by, across)
+
+    def _flush_steps(self) -> None:
+        if self._watch is not None:
+            self._watch.at_exit()
+        self._tracker.commit()
+        with capture.internal():
+            if self.clock.pending_steps and not self._log_broken:
                 self._log_window()
             self._drain(force=True)
-            for cb in self._callbacks:
-                cb.on_exit(self._ctx, exc_type)
-            # the only collective the monitor makes, once, at exit; skipped when the block raised, since the
-            # other ranks may never reach it
-            across = self._gather_ranks() if exc_type is None else None
-            if self.rank == 0:
-                self._write_summary(exc_type, across)
-        finally:
-            stack.close()
-        return False  # never swallow the loop's exception
 
     # --- explicit use -----------------------------------------------------------------------------------------
 
@@ -227,6 +239,8 @@ class TrainingMonitor:
 
     # --- events from the capture ----------------------------------------------------------------------------
 
+    # Each hook contains what our own code raises: the loop never sees an exception of ours.
+
     def _on_scale(self, scaled: torch.Tensor, loss: torch.Tensor) -> None:
         self._scaled = (scaled, loss)
 
@@ -237,16 +251,22 @@ class TrainingMonitor:
         return tensor
 
     def _on_backward(self, tensor: torch.Tensor) -> None:
-        with capture.internal():
-            loss = self._unscaled(tensor).detach()
-        if self._watch is not None:
-            self._watch.before_backward(tensor)
-        self._tracker.backward(loss)
+        try:
+            with capture.internal():
+                loss = (tensor if self._scaled is None else self._unscaled(tensor)).detach()
+            if self._watch is not None:
+                self._watch.before_backward(tensor)
+            self._tracker.backward(loss)
+        except Exception as exc:
+            self._events.failed("the loss capture", exc)
 
     def _on_backward_done(self) -> None:
-        self._tracker.backward_done()
-        if self._watch is not None:
-            self._watch.after_backward()
+        try:
+            self._tracker.backward_done()
+            if self._watch is not None:
+                self._watch.after_backward()
+        except Exception as exc:
+            self._events.failed("the step capture", exc)
 
     def _on_scaler_step(self, optimizer: Any, run: Any) -> Any:
         steps_model = self._watch.steps_model(optimizer) if self._watch is not None else None
@@ -254,13 +274,19 @@ class TrainingMonitor:
 
     def _on_pass(self, epoch: int) -> None:
         self.epoch = epoch
-        if self._watch is not None:
-            self._watch.new_pass()
+        try:
+            if self._watch is not None:
+                self._watch.new_pass()
+        except Exception as exc:
+            self._events.failed("the step capture", exc)
 
     def _on_batch(self, batch: Any) -> None:
-        if self._watch is not None:
-            self._watch.before_batch()
-        self._tracker.batch(capture.batch_size(batch))
+        try:
+            if self._watch is not None:
+                self._watch.before_batch()
+            self._tracker.batch(capture.batch_size(batch))
+        except Exception as exc:
+            self._events.failed("the batch count", exc)
 
     # --- the step clock ----------------------------------------------------------------------------------------
 
@@ -278,7 +304,10 @@ class TrainingMonitor:
         self._reads: list = []
         self._sinks: list = []
         self._events = sinks.EventLog(self.rank)
-        self._callbacks: list = []
+        self._outputs = Outputs(warn=self._events.warn)
+        self._callbacks = CallbackSet([], [], self._events.warn)
+        self._finished = False  # the block has ended: hooks still reached (a SIGTERM mid-step) do nothing
+        self._log_broken = False
         self._entered_at = time.time()
 
     @property
@@ -291,52 +320,59 @@ class TrainingMonitor:
             run_dir=self.run_dir, rank=self.rank, world_size=self.world_size, start_step=self.start_step,
             device=self.device, models=self._models,
             optimizer=self.optimizer, events=self._events, features=MappingProxyType(features),
+            outputs=self._outputs,
         )
 
     def _on_step_end(self, step: int) -> None:
-        for cb in self._callbacks:
-            cb.on_step_end(self._ctx, step)
-        for cb in self._callbacks:
-            cb.on_step_begin(self._ctx, step + 1)
+        if self._finished or not self._callbacks.stepping:
+            return
+        with self._outputs:  # a SIGTERM waits until a dump or trace being written is whole
+            self._callbacks.step_end(self._ctx, step)
+            self._callbacks.step_begin(self._ctx, step + 1)
 
     def _on_commit(self, closed: ClosedStep) -> None:
-        self._drain(force=True)  # a read started at the previous log step is due now
-        entry = self.clock.commit(closed)
-        if (entry.step + 1) % self.log_every == 0:
-            self._log_window()
+        if self._finished or self._log_broken:
+            return
+        # a SIGTERM waits until the lines are written; our reads are our own work (no dump or detector sees them)
+        with self._outputs, capture.internal():
+            try:
+                if self._reads:
+                    self._drain(force=True)  # a read started at the previous log step is due now
+                entry = self.clock.commit(closed)
+                if (entry.step + 1) % self.log_every == 0:
+                    self._log_window()
+            except Exception as exc:
+                self._log_broken = True  # the step log stops; the features and the loop go on
+                self._events.failed("the step log", exc)
 
     def _log_window(self) -> None:
         entries, seconds, samples = self.clock.close_window()
-        with capture.internal():
-            read = metrics.read_back(entries, lag=True)
+        read = metrics.read_back(entries, lag=True)
         self._reads.append((read, seconds, samples, self.epoch))
         self._drain(force=False)
 
     def _drain(self, force: bool) -> None:
         while self._reads and self._reads[0][0].ready(force):
             read, seconds, samples, epoch = self._reads.pop(0)
-            with capture.internal():
-                values = read.values()
-            window = metrics.make_window(read.entries, seconds, samples, values)
+            window = metrics.make_window(read.entries, seconds, samples, read.values())
             self.totals.add(window)
             if self._sinks:
-                record = sinks.window_record(
-                    window,
-                    epoch=epoch,
-                    rank=self.rank,
-                    world_size=self.world_size,
-                    warmup=self.totals.warmup.holds(window.first_step),
-                    memory_mib=device.peak_memory_mib(self.device.kind) if self.device else None,
-                )
+                context = {  # what sinks.window_record adds to the window in metrics.jsonl
+                    "epoch": epoch,
+                    "rank": self.rank,
+                    "world_size": self.world_size,
+                    "warmup": self.totals.warmup.holds(window.first_step),
+                    "memory_mib": device.peak_memory_mib(self.device.kind) if self.device else None,
+                }
                 for sink in self._sinks:
-                    sink.write(window, record)
+                    sink.write(window, context)
 
     # --- outputs ---------------------------------------------------------------------------------------------------
 
     def _open_outputs(self, stack: contextlib.ExitStack) -> None:
         opened = sinks.open_step_sinks(
             self.run_dir, self.rank, self.world_size, resume=self.start_step > 0, echo=not self.quiet,
-            tensorboard=self.tensorboard, events=self._events,
+            tensorboard=self.tensorboard, events=self._events, outputs=self._outputs,
         )
         for sink in opened:
             stack.callback(sink.close)
@@ -344,19 +380,7 @@ class TrainingMonitor:
         if self.rank == 0 and not self.quiet:
             sinks.echo_to_console(stack)
 
-    def _gather_ranks(self) -> Optional[dict]:
-        dist = torch.distributed
-        if self.world_size <= 1 or not (dist.is_available() and dist.is_initialized()):
-            return None
-        mine = self.totals.summary()
-        rate = mine["steps_per_sec"] or {}
-        entry = {"rank": self.rank, "steps": mine["steps"], "median_steps_per_sec": rate.get("median"),
-                 "overall_steps_per_sec": rate.get("overall")}
-        gathered: list = [None] * dist.get_world_size()
-        dist.all_gather_object(gathered, entry)
-        return metrics.across_ranks(gathered)
-
-    def _write_summary(self, exc_type: Any, across: Optional[dict]) -> None:
+    def _write_summary(self, interrupted_by: Optional[str], across: Optional[dict]) -> None:
         payload = self.totals.summary()
         payload.update(
             log_every=self.log_every,
@@ -365,15 +389,14 @@ class TrainingMonitor:
             world_size=self.world_size,
             device=self.device.as_dict() if self.device else None,
             wall_seconds=time.time() - self._entered_at,
-            interrupted_by=exc_type.__name__ if exc_type is not None else None,
+            interrupted_by=interrupted_by,
             ranks=across,
             steps_from=self._steps_from(),
+            features_failed=self._callbacks.dropped,
         )
-        for cb in self._callbacks:
-            extra = cb.summary()
-            if extra is not None:
-                payload[cb.name] = extra
-        write_json_atomic(self.run_dir.summary_json, payload)
+        payload.update(self._callbacks.summaries())
+        payload["outputs_failed"] = self._outputs.summary()  # last: what the summaries' own writes lost too
+        self._outputs.write_json(self.run_dir.summary_json, payload)
 
     def _steps_from(self) -> dict:
         """What ended the steps: summary.json's ``steps_from``."""
@@ -382,19 +405,6 @@ class TrainingMonitor:
         return {"kind": None if kind == WATCH else kind,
                 "optimizer": type(opt).__name__ if opt is not None and kind == OPTIMIZER else None,
                 "passed": self.optimizer is not None}
-
-    def _build_features(self, ctx: RunContext) -> list:
-        """The callbacks of the feature options, each built by its own module (imported only when used)."""
-        built = []
-        for option, value in self.features.items():
-            if value is not None and option not in _FEATURES:
-                raise ConfigError(f"option {option!r} is not available in this version of ascend_tune")
-        for option, (module_name, factory) in _FEATURES.items():
-            module = importlib.import_module(module_name)
-            cb = getattr(module, factory)(self.features[option], ctx)
-            if cb is not None:
-                built.append(cb)
-        return built
 
     def _require_active(self, what: str) -> None:
         if self._stack is None:
@@ -410,21 +420,6 @@ _OPTIONS = (
     "samples_per_step", "scaler", "accumulate", "rank", "quiet", "profile", "precision", "seed", "tune", "shapes",
     "tensorboard", "callbacks",
 )
-
-# feature option -> (module, factory); factory(value, ctx) returns a Callback or None (the feature is off); ctx is
-# the RunContext without features. Each factory reads its own environment switch (ASCEND_TUNE_PROFILE, ...) when the
-# option is not given. The order is the order of on_enter and of every step event: profile and precision only
-# prepare at on_enter (nothing is hooked before a selected step begins); seed then seeds, so that tune's probes,
-# which draw no random numbers, run after it and the user's first batch draws the seeded stream; shapes comes
-# last because it checks the precision feature it would run beside (ctx.feature("precision")).
-_FEATURES: dict = {
-    "profile": ("ascend_tune.profiling", "build_callback"),
-    "precision": ("ascend_tune.precision.callback", "build_callback"),
-    "seed": ("ascend_tune.precision.seed", "build_callback"),
-    "tune": ("ascend_tune.tuning", "build_callback"),
-    "shapes": ("ascend_tune.tuning.shapes", "build_shapes_callback"),
-}
-
 
 def _check_options(unknown: dict) -> None:
     check_option_names(unknown, _OPTIONS, "TrainingMonitor")

@@ -1,10 +1,14 @@
 """Where the step clock's numbers go: one :class:`Sink` per output, apart from the maths in :mod:`.metrics`.
 
-- :class:`TextLogSink` — ``log.txt`` in the seed's line format, flushed per line (the live view), echoed to the
-  ``ascend_tune`` logger;
+- :class:`TextLogSink` — ``log.txt`` in the seed's line format, echoed to the console (``ascend_tune.console``);
 - :class:`JsonlSink` — ``metrics.jsonl``, the same facts at full precision plus context, and event lines;
 - :class:`TensorBoardSink` — ``train/loss``, ``train/steps_per_sec``, ``train/samples_per_sec`` scalars under
   ``<log_dir>/tensorboard`` through ``torch.utils.tensorboard`` (the ``tensorboard`` extra, imported only when on).
+
+Each line of log.txt and metrics.jsonl reaches the OS in one ``os.write`` the moment it is made
+(:class:`~ascend_tune.formats.atomic.LineFile`): a killed run loses at most the step being written, and nothing is
+buffered in Python. A sink that cannot write is switched off through the run's
+:class:`~ascend_tune.formats.atomic.Outputs` (one warning, recorded in summary.json); the others go on.
 """
 
 from __future__ import annotations
@@ -14,12 +18,14 @@ import json
 import logging
 import os
 import sys
+import threading
 import time
-from typing import Any, Optional, Protocol, TextIO
+from typing import Any, Callable, Optional, Protocol, TextIO
 
 from .config import env_switch
 from .errors import ConfigError, OutputError
 from .formats import run_dir as names
+from .formats.atomic import LineFile, Outputs
 from .formats.log_line import TIME_FORMAT, format_log_line
 from .formats.run_dir import RunDir
 from .metrics import Window
@@ -36,8 +42,9 @@ console.setLevel(logging.INFO)
 class Sink(Protocol):
     """One output of the step clock."""
 
-    def write(self, window: Window, record: dict) -> None:
-        """One log window: ``record`` is its metrics.jsonl object (see :func:`window_record`)."""
+    def write(self, window: Window, context: dict) -> None:
+        """One log window; ``context`` is what the monitor adds to it (``window_record(window, **context)`` is its
+        metrics.jsonl object)."""
 
     def write_event(self, record: dict) -> None:
         """An event line (``{"event": kind, ...}``); sinks that keep only numbers ignore it."""
@@ -67,15 +74,15 @@ def window_record(window: Window, **context: Any) -> dict:
 
 
 class TextLogSink:
-    """``log.txt`` in the seed's format, one flushed line per log window; echoed to the console (``console``)."""
+    """``log.txt`` in the seed's format, one line per log window; echoed to the console (``console``)."""
 
-    def __init__(self, path: str, append: bool, echo: bool):
-        self._file: TextIO = open(path, "a" if append else "w", buffering=1, encoding="utf-8")
+    def __init__(self, path: str, append: bool, echo: bool, outputs: Outputs):
+        self._file = LineFile(path, append, outputs)
         self._echo = echo
 
-    def write(self, window: Window, record: dict) -> None:
+    def write(self, window: Window, context: dict) -> None:
         line = format_log_line(window.last_step, window.loss, window.steps_per_sec, window.end_time)
-        self._file.write(line + "\n")
+        self._file.write((line + "\n").encode())
         if self._echo:
             console.info(line.split("] ", 1)[1])
 
@@ -87,79 +94,151 @@ class TextLogSink:
 
 
 class JsonlSink:
-    """``metrics.jsonl``: one JSON object per log line with full-precision values, and event lines.
+    """``metrics.jsonl``: one JSON object per log line with full-precision values, and event lines."""
 
-    Flushed at most once a second (and at the end): a write to disk per line costs more than the line at
-    ``log_every=1`` on slow filesystems, and log.txt, flushed per line, is the live view.
-    """
+    def __init__(self, path: str, append: bool, outputs: Outputs):
+        self._file = LineFile(path, append, outputs)
 
-    FLUSH_EVERY_S = 1.0
-
-    def __init__(self, path: str, append: bool):
-        self._file: TextIO = open(path, "a" if append else "w", encoding="utf-8")
-        self._flushed = time.monotonic()
-
-    def write(self, window: Window, record: dict) -> None:
-        self.write_event(record)
+    def write(self, window: Window, context: dict) -> None:
+        self._file.write(metrics_line(window, context))
 
     def write_event(self, record: dict) -> None:
-        self._file.write(json.dumps(record, allow_nan=True, default=str) + "\n")
-        now = time.monotonic()
-        if now - self._flushed >= self.FLUSH_EVERY_S:
-            self._file.flush()
-            self._flushed = now
+        self._file.write(json_line(record))
 
     def close(self) -> None:
         self._file.close()
 
 
+def json_line(record: dict) -> bytes:
+    """One metrics.jsonl line of any record (non-finite numbers as ``NaN`` / ``Infinity``, as Python reads them)."""
+    return (json.dumps(record, allow_nan=True, default=str, separators=(",", ":")) + "\n").encode()
+
+
+# window_record's fields, in its order, as json writes them (tests/test_sinks.py holds the two to the same bytes)
+_FAST_LINE = (
+    '{"step":%d,"loss":%s,"steps_per_sec":%r,"samples_per_sec":%s,"time":%r,"first_step":%d,"window_steps":%d,'
+    '"seconds":%r,"samples":%s,"step_losses":[%s],"nonfinite":%d,"skipped":%d,"epoch":%d,"rank":%d,'
+    '"world_size":%d,"warmup":%s,"memory_mib":%s}\n'
+)
+_FAST_CONTEXT = 5  # epoch, rank, world_size, warmup, memory_mib
+_float = float.__repr__  # what json writes for a float
+
+
+def metrics_line(window: Window, context: dict) -> bytes:
+    """The metrics.jsonl line of a window: ``json_line(window_record(window, **context))``, formatted by hand.
+
+    Building the record and json's encoder cost about as much as the rest of a log line at ``log_every=1``: the
+    monitor's own context (epoch, rank, world_size, warmup, memory_mib) is one ``%`` format instead; any other
+    context, a non-finite number or a step without a loss takes the record's path.
+    """
+    try:
+        if len(context) != _FAST_CONTEXT:
+            raise KeyError
+        c = context
+        epoch, rank, world, warmup, memory = c["epoch"], c["rank"], c["world_size"], c["warmup"], c["memory_mib"]
+        sps, samples, losses = window.samples_per_sec, window.samples, window.losses
+        loss = _float(window.loss)
+        line = _FAST_LINE % (
+            window.last_step, loss, window.steps_per_sec, "null" if sps is None else _float(sps),
+            window.end_time, window.first_step, len(losses), window.seconds,
+            "null" if samples is None else int.__repr__(samples),
+            loss if len(losses) == 1 else ",".join(map(_float, losses)), window.nonfinite,
+            window.skipped, epoch, rank, world, "true" if warmup is True else "false",
+            "null" if memory is None else _float(memory),
+        )
+    except (KeyError, TypeError):  # other context, a value of another type, a step without a loss
+        return json_line(window_record(window, **context))
+    if "nan" in line or "inf" in line:  # no field name holds either: a non-finite number, spelt as json does
+        return json_line(window_record(window, **context))
+    return line.encode()
+
+
 class TensorBoardSink:
     """TensorBoard scalars, one point per log line at the line's step: ``train/loss``, ``train/steps_per_sec`` and,
-    when samples are counted, ``train/samples_per_sec``."""
+    when samples are counted, ``train/samples_per_sec``.
 
-    def __init__(self, folder: str):
+    TensorBoard writes from a thread of its own: a full disk ends that thread with a traceback on stderr and shows
+    at the next ``add_scalar``. While the sink is open, such an error of its writer thread is the sink's failure
+    (one warning through the run's outputs), not a traceback; other threads' errors go to the hook that was there.
+    """
+
+    def __init__(self, folder: str, outputs: Outputs):
         from torch.utils.tensorboard import SummaryWriter  # needs the tensorboard package
 
         os.makedirs(folder, exist_ok=True)
-        self._writer = SummaryWriter(log_dir=folder)
+        self._folder = folder
+        self._outputs = outputs
+        self._writer: Any = SummaryWriter(log_dir=folder)
+        self._previous_hook = threading.excepthook
+        threading.excepthook = self._thread_failed
 
-    def write(self, window: Window, record: dict) -> None:
+    def write(self, window: Window, context: dict) -> None:
+        writer = self._writer
+        if writer is None:
+            return
         step, when = window.last_step, window.end_time
-        self._writer.add_scalar("train/loss", window.loss, step, walltime=when)
-        self._writer.add_scalar("train/steps_per_sec", window.steps_per_sec, step, walltime=when)
-        if window.samples_per_sec is not None:
-            self._writer.add_scalar("train/samples_per_sec", window.samples_per_sec, step, walltime=when)
+        try:
+            writer.add_scalar("train/loss", window.loss, step, walltime=when)
+            writer.add_scalar("train/steps_per_sec", window.steps_per_sec, step, walltime=when)
+            if window.samples_per_sec is not None:
+                writer.add_scalar("train/samples_per_sec", window.samples_per_sec, step, walltime=when)
+        except Exception as exc:  # its writer thread's error (a full disk) shows here, as any error of its own
+            self._fail(exc)
 
     def write_event(self, record: dict) -> None:
         pass
 
     def close(self) -> None:
-        self._writer.close()
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            try:
+                writer.close()
+            except Exception as exc:
+                self._fail(exc)
+        if threading.excepthook == self._thread_failed:
+            threading.excepthook = self._previous_hook
+
+    def _thread_failed(self, args: Any) -> None:
+        tb = args.exc_traceback
+        while tb is not None:
+            if f"tensorboard{os.sep}summary{os.sep}writer" in tb.tb_frame.f_code.co_filename:
+                self._fail(args.exc_value, close=False)  # closing would wait for this very thread
+                return
+            tb = tb.tb_next
+        self._previous_hook(args)
+
+    def _fail(self, exc: BaseException, close: bool = True) -> None:
+        writer, self._writer = self._writer, None
+        self._outputs.fail(self._folder, exc, what="TensorBoard logging")
+        if writer is not None and close:
+            with contextlib.suppress(Exception):
+                writer.close()
 
 
 def open_step_sinks(run: RunDir, rank: int, world_size: int, *, resume: bool, echo: bool,
-                    tensorboard: Optional[bool], events: EventLog) -> list:
+                    tensorboard: Optional[bool], events: EventLog, outputs: Outputs) -> list:
     """The sinks of this rank, opened: rank 0 writes log.txt, metrics.jsonl and, when asked, TensorBoard scalars;
     with several ranks every rank also keeps ``rank{R}/metrics.jsonl``. Earlier outputs are set aside (a resumed
-    run, ``resume``, appends to its logs instead). Raises :class:`OutputError` when the folder is not writable."""
+    run, ``resume``, appends to its logs instead). Raises :class:`OutputError` when the folder is not writable
+    now; a write that fails later costs only that sink (``outputs``)."""
     wanted = tensorboard_wanted(tensorboard) if rank == 0 else False
     opened: list = []
     try:
         os.makedirs(run.root, exist_ok=True)
         if rank == 0:
             run.set_aside([names.SUMMARY_JSON] if resume else list(names.STEP_LOG_FILES), "logs")
-            opened.append(TextLogSink(run.log_txt, append=resume, echo=echo))
-            opened.append(JsonlSink(run.metrics_jsonl, append=resume))
+            opened.append(TextLogSink(run.log_txt, append=resume, echo=echo, outputs=outputs))
+            opened.append(JsonlSink(run.metrics_jsonl, append=resume, outputs=outputs))
             events.add(opened[-1])
         if world_size > 1:
             rank_run = RunDir(run.path(names.rank_dir_name(rank)))
             os.makedirs(rank_run.root, exist_ok=True)
             if not resume:
                 rank_run.set_aside([names.METRICS_JSONL], "logs")
-            opened.append(JsonlSink(rank_run.metrics_jsonl, append=resume))
+            opened.append(JsonlSink(rank_run.metrics_jsonl, append=resume, outputs=outputs))
             events.add(opened[-1])
         if wanted:
-            opened.append(TensorBoardSink(run.tensorboard_dir))
+            opened.append(TensorBoardSink(run.tensorboard_dir, outputs))
     except OSError as exc:
         for sink in opened:
             sink.close()
@@ -200,6 +279,7 @@ class EventLog:
     def __init__(self, rank: int):
         self._rank = rank
         self._sinks: list = []
+        self._failed: set = set()
 
     def add(self, sink: Sink) -> None:
         """Send event lines to ``sink`` too."""
@@ -215,6 +295,20 @@ class EventLog:
         """Warn through the ``ascend_tune`` logger and record the warning."""
         logger.warning("ascend_tune: %s", message)
         self.record_event("warning", message=message)
+
+    def contained(self, what: str, run: Callable, *args: Any) -> Any:
+        """``run(*args)``; when it raises, that part of the run is lost (:meth:`failed`) and None is returned."""
+        try:
+            return run(*args)
+        except Exception as exc:
+            self.failed(what, exc)
+            return None
+
+    def failed(self, what: str, exc: Exception) -> None:
+        """A bug of ours costs that part (``what``), never the run: one warning per part."""
+        if what not in self._failed:
+            self._failed.add(what)
+            self.warn(f"{what}: {type(exc).__name__}: {exc}; training goes on")
 
 
 def echo_to_console(stack: contextlib.ExitStack) -> None:

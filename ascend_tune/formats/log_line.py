@@ -13,6 +13,7 @@ from typing import Optional
 
 TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
 LOG_LINE = "[{time}] (step={step:07d}) Train Loss: {loss:.4f}, Train Steps/Sec: {rate:.2f}"
+_PERCENT = "[%s] (step=%07d) Train Loss: %.4f, Train Steps/Sec: %.2f"  # LOG_LINE, the same bytes, formatted faster
 
 _NUMBER = rb"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?i:nan|inf(?:inity)?)"
 LINE = re.compile(rb"\(step=(\d+)\) Train Loss: (" + _NUMBER + rb"), Train Steps/Sec: (" + _NUMBER + rb")")
@@ -30,7 +31,7 @@ def format_log_line(step: int, loss: float, steps_per_sec: float, when: Optional
     second = int(time.time() if when is None else when)
     if _stamp_cache[0] != second:
         _stamp_cache[:] = [second, time.strftime(TIME_FORMAT, time.localtime(second))]
-    return LOG_LINE.format(time=_stamp_cache[1], step=step, loss=loss, rate=steps_per_sec)
+    return _PERCENT % (_stamp_cache[1], step, loss, steps_per_sec)
 
 
 def parse_log_line(line: bytes) -> Optional[tuple]:
