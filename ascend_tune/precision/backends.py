@@ -102,7 +102,7 @@ def create(
     dump_path: str,
     rank: int,
     models: list,
-    on_error: Callable[[str], None],
+    on_error: Callable[[str, BaseException], None],
 ) -> Any:
     """Build backend ``name`` (nothing heavy is imported before its first ``start``)."""
     if name == "builtin":
@@ -118,7 +118,7 @@ class BuiltinBackend:
     name = "builtin"
 
     def __init__(self, config: PrecisionConfig, dump_path: str, rank: int, models: list,
-                 on_error: Callable[[str], None]):
+                 on_error: Callable[[str, BaseException], None]):
         from .engine import DumpEngine
 
         self.config = config

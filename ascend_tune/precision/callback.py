@@ -3,7 +3,8 @@
 Before a selected step ``start``, after it ``stop`` + ``step``; other steps run with nothing hooked. After the last
 selected step (or once ``overflow_nums`` overflows are found) dumping ends quietly: nothing ever raises into the
 training loop, unlike ptdbg's loader hook, which ended training with an exception. A backend that fails is
-reported once through ``ctx.warn`` and dumps no more.
+reported once through ``ctx.warn`` and dumps no more; one that cannot write (a full disk, a deleted folder) is
+reported once by the run's outputs (``ctx.outputs``: the file, the errno, summary.json's ``outputs_failed``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from ..callbacks import Callback
 from ..errors import ConfigError, OutputError
-from ..formats.atomic import make_folder, write_json_atomic
+from ..formats.atomic import make_below, make_folder
 from ..formats.dump_layout import step_of_dir
 from ..formats.run_dir import OVERFLOW_JSON, rank_dir_name
 from . import backends
@@ -88,7 +89,8 @@ class PrecisionCallback(Callback):
         try:
             self._backend.start(step)
         except Exception as exc:
-            self._give_up(f"the {self.backend_name} dump could not start at step {step}: {type(exc).__name__}: {exc}")
+            self._give_up(f"the {self.backend_name} dump could not start at step {step}: {type(exc).__name__}: {exc}",
+                          exc)
             with contextlib.suppress(Exception):
                 self._backend.stop()
             return
@@ -127,7 +129,8 @@ class PrecisionCallback(Callback):
             self._backend.stop()
             outcome = self._backend.step(remaining)
         except Exception as exc:
-            self._give_up(f"the {self.backend_name} dump failed at the end of step {step}: {type(exc).__name__}: {exc}")
+            self._give_up(f"the {self.backend_name} dump failed at the end of step {step}: {type(exc).__name__}: {exc}",
+                          exc)
             return
         self._checked.append(step)
         if outcome.path is not None:
@@ -170,14 +173,17 @@ class PrecisionCallback(Callback):
                 self._backend.close()
         self._active = None
 
-    def _backend_failed(self, reason: str) -> None:
-        self._give_up(f"the builtin dump stopped recording: {reason}")
+    def _backend_failed(self, reason: str, exc: BaseException) -> None:
+        self._give_up(f"the builtin dump stopped recording: {reason}", exc)
 
-    def _give_up(self, message: str) -> None:
+    def _give_up(self, message: str, exc: BaseException) -> None:
         self._done = True
         if self._error is None:
             self._error = message
-            self._ctx.warn(message + "; training goes on without dumps")
+            if isinstance(exc, OSError):  # the disk or the folder: the dump is the output lost, said once
+                self._ctx.outputs.fail(self.dump_path, exc, what="the precision dump")
+            else:
+                self._ctx.warn(message + "; training goes on without dumps")
 
     # --- files ----------------------------------------------------------------------------------------------------
 
@@ -186,8 +192,12 @@ class PrecisionCallback(Callback):
 
     def _write_overflows(self) -> None:
         path = self._overflow_path()
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        write_json_atomic(path, {
+        try:
+            make_below(self.dump_path, rank_dir_name(self._rank))
+        except OSError as exc:
+            self._ctx.outputs.fail(path, exc)
+            return
+        self._ctx.outputs.write_json(path, {
             "rank": self._rank, "backend": self.backend_name, "overflow_nums": self.config.overflow_nums,
             "steps_checked": self._checked, "steps_kept": self._dumped,
             "overflows": [o.as_dict() for o in self._overflows],

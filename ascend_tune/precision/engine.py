@@ -37,6 +37,7 @@ from torch.overrides import TorchFunctionMode
 
 from .. import capture
 from .._version import __version__
+from ..formats.atomic import make_below
 from ..formats.dump_layout import BUILTIN_WRITER, CALL_MODEL, TENSOR_DIR, WRITER, step_dir_name
 from ..formats.run_dir import rank_dir_name
 from . import arguments, catalog, stacks
@@ -93,7 +94,7 @@ class DumpEngine:
         rank: this process's rank (the folder is ``rank{R}``; ``rank0`` when not distributed).
         models: the modules whose submodules are dumped at L0 / mix (a list; the list index enters the names when
             there are several, as in msprobe).
-        on_error: told once when the engine fails and stops recording (training goes on).
+        on_error: told once ``(reason, exception)`` when the engine fails and stops recording (training goes on).
     """
 
     def __init__(
@@ -102,7 +103,7 @@ class DumpEngine:
         dump_path: str,
         rank: int,
         models: list,
-        on_error: Optional[Callable[[str], None]] = None,
+        on_error: Optional[Callable[[str, BaseException], None]] = None,
     ):
         self.config = config
         self.dump_path = dump_path
@@ -128,11 +129,12 @@ class DumpEngine:
         """Install the mode and hooks and open the step's journal."""
         self._mode_removal.retry()  # a previous step's mode torch had set aside when that step ended
         self.step = step
-        self.rank_dir = os.path.join(self.dump_path, step_dir_name(step), rank_dir_name(self.rank))
+        # below the dump root only: a run folder deleted under the run is not made again
+        self.rank_dir = make_below(self.dump_path, step_dir_name(step), rank_dir_name(self.rank))
         self._tensor_dir = os.path.join(self.rank_dir, TENSOR_DIR) if self.config.task == "tensor" else None
         self._writer = StepWriter(self.rank_dir, self._header()) if self.config.task != "replay" else None
         if self._tensor_dir:
-            os.makedirs(self._tensor_dir, exist_ok=True)
+            make_below(self.rank_dir, TENSOR_DIR)
         self.data: dict = {}
         self.counts: dict = {}
         self.records = Records(self.config.summary_mode, self._tensor_dir)
@@ -202,7 +204,7 @@ class DumpEngine:
         if self.failed is None:
             self.failed = f"{type(exc).__name__}: {exc}"
             if self._on_error is not None:
-                self._on_error(self.failed)
+                self._on_error(self.failed, exc)
         self.recording = False
 
     # --- selection ------------------------------------------------------------------------------------------------

@@ -16,32 +16,32 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Optional
 
-from ..formats.atomic import write_json_atomic
+from ..formats.atomic import LineFile, write_json_atomic
 from ..formats.dump_layout import CONSTRUCT_JSON, DUMP_JSON, JOURNAL, STACK_JSON
 
 
 class StepWriter:
-    """Writes one step's dump into ``rank_dir`` (created here)."""
+    """Writes one step's dump into ``rank_dir`` (which exists). A write that fails raises ``OSError``: the engine
+    stops recording and the monitor's outputs report the dump lost; the journal stays for recovery."""
 
     def __init__(self, rank_dir: str, header: dict):
         self.rank_dir = rank_dir
-        os.makedirs(rank_dir, exist_ok=True)
         self._path = os.path.join(rank_dir, JOURNAL)
-        self._fd = os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        self._file: Optional[LineFile] = LineFile(self._path)
         self.append({"header": header})
 
     def append(self, record: dict) -> None:
         """Add one line to the journal (one write, so a killed process leaves whole lines)."""
-        if self._fd is None:
-            return
-        line = json.dumps(record, separators=(",", ":"), allow_nan=True, default=str) + "\n"
-        os.write(self._fd, line.encode("utf-8"))
+        if self._file is not None:
+            line = json.dumps(record, separators=(",", ":"), allow_nan=True, default=str) + "\n"
+            self._file.write(line.encode("utf-8"))
 
     def append_raw(self, line: str) -> None:
         """Add one line already encoded as JSON (ending in a newline)."""
-        if self._fd is not None:
-            os.write(self._fd, line.encode("utf-8"))
+        if self._file is not None:
+            self._file.write(line.encode("utf-8"))
 
     def finish(self, dump: dict, stack: dict, construct: dict) -> None:
         """Write the JSON index atomically (dump.json last: its presence marks a complete step), drop the journal."""
@@ -52,6 +52,6 @@ class StepWriter:
         os.remove(self._path)
 
     def _close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        file, self._file = self._file, None
+        if file is not None:
+            file.close()

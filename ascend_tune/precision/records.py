@@ -16,6 +16,7 @@ from typing import Any, Optional
 import torch
 
 from .. import capture
+from ..formats.atomic import open_atomic
 from . import stats
 
 MAX_DEPTH = 32
@@ -101,8 +102,8 @@ class Records:
             record["md5"] = stats.crc32(tensor)
         if self._tensor_dir is not None and tensor.numel() and tensor.device.type != "meta":
             data_name = f"{stem}.pt"
-            with capture.internal(), torch.no_grad():
-                torch.save(tensor.detach().to("cpu", copy=True), os.path.join(self._tensor_dir, data_name))
+            with capture.internal(), torch.no_grad(), open_atomic(os.path.join(self._tensor_dir, data_name)) as fh:
+                torch.save(tensor.detach().to("cpu", copy=True), fh)  # whole or absent on a full disk
             record["data_name"] = data_name
         return record
 

@@ -8,6 +8,7 @@ would make the two ranges overlap in the trace viewer.
 from __future__ import annotations
 
 import contextlib
+import os
 from typing import TYPE_CHECKING, Any, Optional
 
 from ..callbacks import Callback
@@ -38,6 +39,7 @@ class ProfilerCallback(Callback):
             device_kind=ctx.device.kind,
             on_event=lambda kind, fields: ctx.record_event(kind, **fields),
             warn=ctx.warn,
+            outputs=ctx.outputs,
         )
         import torch.nn.modules.module as module_hooks
 
@@ -72,10 +74,18 @@ class ProfilerCallback(Callback):
         from ..analysis.advisor.analyse import advise_traces
         from ..analysis.advisor.render import write_html
         from ..errors import AscendTuneError
+        from ..formats.run_dir import ADVICE_HTML
 
         folder = self.session.rank_dir
+        page = os.path.join(folder, ADVICE_HTML)
+        if not ctx.outputs.ok(folder) or not ctx.outputs.ok(page):
+            return  # tracing or the page already failed to write: nothing is retried
         try:
-            self.advice = write_html(advise_traces([t.path for t in self.session.traces], out_dir=folder), folder)
+            with ctx.outputs:
+                self.advice = write_html(advise_traces([t.path for t in self.session.traces], out_dir=folder), folder)
+        except OSError as exc:  # a full disk: the page is the output lost
+            ctx.outputs.fail(page, exc)
+            return
         except AscendTuneError as exc:  # advice is a bonus: a trace it cannot read must not fail the run
             ctx.warn(f"the trace advisor could not run on {folder}: {exc}")
             return

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import logging
 import os
 import shutil
@@ -95,6 +96,38 @@ class TraceRetention:
                 f"cannot write profiler traces to {self.rank_dir!r} ({exc.strerror or exc}); "
                 "pass a writable profile out_dir"
             ) from None
+
+    def unfinished(self) -> Optional[OSError]:
+        """Why the trace the backend just wrote is not whole, or None: torch leaves ``<name>.tmp`` when it could not
+        write a plain trace, and writes nothing when the rank folder is gone."""
+        try:
+            new = set(os.listdir(self.rank_dir)) - self._known
+        except OSError as exc:
+            return exc
+        torn = sorted(name for name in new if name.endswith(".tmp"))
+        if not torn:
+            return None
+        path = os.path.join(self.rank_dir, torn[0])
+        try:
+            full = os.statvfs(self.rank_dir).f_bavail == 0
+        except OSError:
+            full = False
+        code = errno.ENOSPC if full else errno.EIO
+        return OSError(code, f"{os.strerror(code)} (the profiler left an incomplete trace)", path)
+
+    def discard_new(self) -> None:
+        """Remove what appeared in the rank folder since the last trace collected (an incomplete trace)."""
+        try:
+            new = set(os.listdir(self.rank_dir)) - self._known
+        except OSError:
+            return
+        for name in new:
+            path = os.path.join(self.rank_dir, name)
+            with contextlib.suppress(OSError):
+                if os.path.isdir(path) and not os.path.islink(path):
+                    shutil.rmtree(path)
+                else:
+                    os.remove(path)
 
     def collect(self, steps: list) -> None:
         """Record what the backend just wrote for a cycle that recorded ``steps``; apply keep_last and the budget."""

@@ -8,7 +8,9 @@ How steps line up with the log:
 
 Each finished cycle goes through the backend's ``tensorboard_trace_handler`` into ``out_dir/rank{R}``: one
 ``*.pt.trace.json(.gz)`` file from torch, one ``*_ascend_pt`` folder from torch_npu; :mod:`.retention` decides
-what stays on disk and when tracing stops. ``step_profiler`` is the hand-written loop's entry point.
+what stays on disk and when tracing stops. A trace that cannot be written (a full disk, a deleted folder; torch
+raises for a gzip trace and only leaves a ``*.tmp`` file for a plain one) is removed, not left half-written, and
+tracing stops: one warning through the run's outputs. ``step_profiler`` is the hand-written loop's entry point.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import os
 from typing import Any, Callable, Optional, Union
 
 from ..errors import ConfigError
+from ..formats.atomic import Outputs
 from ..formats.run_dir import PROFILE_DIR, rank_dir_name
 from . import backends
 from .config import ProfileConfig
@@ -54,6 +57,8 @@ class StepProfiler:
         device_kind: ``cpu`` | ``cuda`` | ``npu``; None asks the device layer.
         on_event: called ``(kind, fields)`` for each trace written or removed (the monitor's metrics.jsonl).
         warn: called with a warning's text (default: the ``ascend_tune`` logger).
+        outputs: the run's outputs (default: its own, warning through ``warn``); a trace that cannot be written
+            fails the ``rank{R}`` folder there.
     """
 
     def __init__(
@@ -66,6 +71,7 @@ class StepProfiler:
         device_kind: Optional[str] = None,
         on_event: Optional[Callable[[str, dict], None]] = None,
         warn: Optional[Callable[[str], None]] = None,
+        outputs: Optional[Outputs] = None,
     ):
         self.config = config
         self.out_dir = config.out_dir or os.fspath(out_dir)
@@ -76,6 +82,7 @@ class StepProfiler:
         self.backend: Optional[str] = None
         self._on_event = on_event
         self._warn = warn or (lambda message: logger.warning("ascend_tune: %s", message))
+        self._outputs = outputs or Outputs(self._warn)
         self.retention = TraceRetention(config, self.rank_dir, rank, self._warn, self._event)
         self._prof: Any = None
         self._cycle_steps: list = []
@@ -183,13 +190,21 @@ class StepProfiler:
             steps, self._cycle_steps = self._cycle_steps, []
             if self.retention.halted and self.retention.stopped_by_budget:
                 return  # a cycle begun before the budget check (wait=0, warmup=0): keep the disk promise
-            try:
-                backend_handler(prof)
-            except Exception as exc:  # a trace that cannot be written must not end the training run
+            with self._outputs:  # a SIGTERM waits until the trace is whole
+                try:
+                    backend_handler(prof)
+                    failure = self.retention.unfinished()
+                except Exception as exc:  # a trace that cannot be written must not end the training run
+                    failure = exc
+                if failure is None:
+                    self.retention.collect(steps)
+                    return
                 self.retention.halted = True
-                self._warn(f"profiler trace could not be written to {self.rank_dir} ({exc}); tracing stops")
-                return
-            self.retention.collect(steps)
+                self.retention.discard_new()  # no half-written trace stays
+                if isinstance(failure, OSError):
+                    self._outputs.fail(self.rank_dir, failure, what="profiler tracing")
+                else:
+                    self._warn(f"profiler trace could not be written to {self.rank_dir} ({failure}); tracing stops")
 
         return on_trace_ready
 

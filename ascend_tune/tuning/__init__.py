@@ -118,12 +118,11 @@ class TuningCallback(Callback):
     def on_enter(self, ctx: RunContext, stack: contextlib.ExitStack) -> None:
         """Tune before the first step; the final tuning.json is written after everything is restored."""
         from .. import device
-        from ..formats.atomic import write_json_atomic
         from . import compile_mode, optimizer_swap
 
         path = ctx.run_dir.tuning_json if ctx.is_main else None
-        if path is not None:
-            stack.callback(self._write_final, path)  # registered first, so it runs after the undos below
+        if path is not None:  # registered first, so it runs after the undos below
+            stack.callback(lambda: ctx.outputs.write_json(path, self._report()))
         kind = ctx.device.kind
         npu = device.torch_npu_module()
         # first of all: the compile mode applies to operators compiled after it, so before the probes below
@@ -153,7 +152,7 @@ class TuningCallback(Callback):
         if compiled["action"] == "failed":
             ctx.warn(compiled["reason"])
         if path is not None:
-            write_json_atomic(path, self._report())
+            ctx.outputs.write_json(path, self._report())
 
     def summary(self) -> Optional[dict]:
         """The short form for summary.json: what runs during the block."""
@@ -170,11 +169,3 @@ class TuningCallback(Callback):
 
     def _report(self) -> dict:
         return {**self._record, "optimizer": self._swap.report() if self._swap else None}
-
-    def _write_final(self, path: str) -> None:
-        from ..formats.atomic import write_json_atomic
-
-        try:
-            write_json_atomic(path, self._report())
-        except OSError as exc:  # the block is over; losing the final copy must not hide the loop's own outcome
-            logger.warning("ascend_tune: could not update %s: %s", path, exc)

@@ -40,8 +40,7 @@ import torch
 from .. import capture
 from ..callbacks import Callback
 from ..config import FeatureConfig
-from ..errors import AscendTuneError, ConfigError
-from ..formats.atomic import write_atomic
+from ..errors import ConfigError
 from ..formats.run_dir import SHAPES_CSV
 from ..precision import catalog, stacks
 from ..precision.engine import ApiMode, DumpEngine
@@ -268,10 +267,7 @@ class ShapesCallback(Callback):
         dynamic = [op for op in self._ops.values() if op.dynamic]
         self._dynamic = len(dynamic)
         rows = [self._row(op) for op in dynamic]
-        try:
-            write_atomic(self._path, csv_bytes(rows))
-        except (OSError, AscendTuneError) as exc:  # training goes on; losing the report must not end it
-            ctx.warn(f"shapes: could not write {self._path}: {exc}")
+        if not ctx.outputs.write(self._path, csv_bytes(rows)):  # warned; training goes on without the report
             return
         seen = self.summary()["steps"]
         steps = f"steps {seen[0]}-{seen[1]}" if seen else "no step"
