@@ -46,13 +46,14 @@ def test_malformed_loss_lines_are_counted_and_shown_not_fatal(tmp_path):
         seed_line(0, 2.5, 10.0) + "\n"
         + "[2026-11-30 12:00:01] (step=0000001) Train Loss: oops, Train Steps/Sec: 9.00\n"
         + seed_line(2, 2.0, 10.0) + "\n"
-        + "[2026-11-30 12:00:03] (step=0000003) Train Lo"  # a line cut by a crash
+        + "[2026-11-30 12:00:03] (step=0000003) Train Lo"  # a line cut by a crash: skipped, not malformed
     )
     log = read_log(str(path))
     assert log.steps.tolist() == [0, 2]
-    assert log.malformed == 2
-    assert "line 2" in log.malformed_examples[0] and "line 4" in log.malformed_examples[1]
-    assert "2 malformed line(s)" in log.notes()[0]
+    assert log.malformed == 1
+    assert "line 2" in log.malformed_examples[0]
+    assert "1 malformed line(s)" in log.notes()[0]
+    assert "last line is incomplete" in log.notes()[1]
 
 
 def test_nan_inf_negative_and_exponent_losses_are_read(tmp_path):

@@ -9,6 +9,10 @@ among other lines (warnings, tracebacks); only lines that start like one (``(ste
 a loss of 0.00071 into 0.0007), so a run folder or a ``log.txt`` with ``metrics.jsonl`` beside it is read from the
 JSONL unless the seed's own input is asked for. A ``summary.json`` beside the log gives the run's warm-up
 (``start_step``, ``warmup_steps``), which the throughput statistics leave out.
+
+A killed run's log is read as it is (no ``summary.json``): a last line without its newline that does not parse is
+the half line a killed writer left, skipped with a note (ascend_tune writes each line in one system call, so its
+own logs lose whole lines only; other writers may tear one).
 """
 
 from __future__ import annotations
@@ -91,15 +95,41 @@ def read_log_file(path: str) -> LossLog:
     try:
         if b"\x00" in raw[:8192]:
             raise InputError(f"{path} is a binary file, not a training log; pass a log.txt or a metrics.jsonl")
-        first = _FIRST_CHAR.search(raw)
+        body, notes = raw, ()
+        cut = _torn_tail(raw)
+        if cut < len(raw):  # type: ignore[arg-type]
+            body = raw[:cut]  # type: ignore[index]
+            notes = (f"{path}: its last line is incomplete (the run was killed while writing it); skipped",)
+        first = _FIRST_CHAR.search(body)
         if first is None:
             raise InputError(f"{path} is empty; pass the log of a run that logged at least one step")
         if first.group() == b"{":
-            return _parse_jsonl(path, bytes(raw).decode("utf-8", errors="replace"))
-        return _parse_text(path, raw)
+            log = _parse_jsonl(path, bytes(body).decode("utf-8", errors="replace"))
+        else:
+            log = _parse_text(path, body)
+        return dataclasses.replace(log, read_notes=log.read_notes + notes) if notes else log
     finally:
         if isinstance(raw, mmap.mmap):
             raw.close()
+
+
+def _torn_tail(raw: object) -> int:
+    """Where a last line without its newline starts when it is no whole record (a JSON object or a loss line that
+    does not parse): the half line of a killed writer. Else the buffer's length."""
+    size = len(raw)  # type: ignore[arg-type]
+    if not size or raw[size - 1:size] == b"\n":  # type: ignore[index]
+        return size
+    start = raw.rfind(b"\n") + 1  # type: ignore[attr-defined]
+    tail = bytes(raw[start:]).strip()  # type: ignore[index]
+    if not tail:
+        return size
+    if tail.startswith(b"{"):
+        try:
+            json.loads(tail)
+        except ValueError:
+            return start
+        return size
+    return size if LINE.search(ANSI.sub(b"", tail)) or not LOOKS_LIKE.search(tail) else start
 
 
 def _read_bytes(path: str) -> object:
