@@ -1,0 +1,165 @@
+"""The one fail-soft write path (formats.atomic.Outputs, LineFile) and the hand-written metrics.jsonl line."""
+
+from __future__ import annotations
+
+import errno
+import json
+import math
+import os
+import subprocess
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ascend_tune import metrics, sinks
+from ascend_tune.errors import OutputError
+from ascend_tune.formats.atomic import LineFile, Outputs, make_below, write_atomic
+from ascend_tune.steps import ClosedStep
+
+
+@pytest.fixture
+def full_fs(tmp_path):
+    """A 16 KiB tmpfs, filled up to its last bytes by a ballast file (skips where it cannot be mounted)."""
+    where = tmp_path / "fs"
+    where.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(where)], capture_output=True,
+                          text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip() or done.returncode}")
+    yield where
+    subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+def _fill(folder) -> None:
+    fd = os.open(os.path.join(folder, "ballast"), os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        while os.write(fd, b"\0" * 512):
+            pass
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def test_a_failed_output_warns_once_names_file_and_errno_and_is_not_retried(full_fs):
+    warnings = []
+    outputs = Outputs(warn=warnings.append)
+    _fill(full_fs)
+    path = full_fs / "summary.json"
+    assert outputs.write_json(path, {"steps": 3}) is False
+    os.remove(full_fs / "ballast")  # space comes back
+    assert outputs.write_json(path, {"steps": 3}) is False  # nothing is retried
+    assert not path.exists() and os.listdir(full_fs) == []  # no temporary file either
+    assert len(warnings) == 1
+    assert str(path) in warnings[0] and "[Errno 28] ENOSPC" in warnings[0] and "training goes on" in warnings[0]
+    (entry,) = outputs.summary()
+    assert entry == {"output": str(path), "path": str(path), "errno": 28, "error": "ENOSPC",
+                     "reason": "No space left on device"}
+
+
+def test_a_line_the_disk_cuts_short_is_taken_back(full_fs):
+    outputs = Outputs(warn=lambda message: None)
+    path = full_fs / "metrics.jsonl"
+    lines = LineFile(path, outputs=outputs)
+    line = b"x" * 999 + b"\n"
+    for _ in range(100):  # 100 KB into 16 KiB: a write is cut short (or refused) on the way
+        lines.write(line)
+    lines.close()
+    data = path.read_bytes()
+    assert data and len(data) % len(line) == 0 and data.endswith(b"\n")  # whole lines only
+    assert outputs.summary()[0]["errno"] == errno.ENOSPC
+
+
+def test_a_line_file_without_outputs_raises_and_names_its_file(full_fs):
+    _fill(full_fs)
+    os.remove(full_fs / "ballast")
+    lines = LineFile(full_fs / "dump.journal")
+    _fill(full_fs)
+    with pytest.raises(OSError) as caught:
+        lines.write(b"y" * 4096 + b"\n")
+    assert caught.value.errno == errno.ENOSPC and caught.value.filename == str(full_fs / "dump.journal")
+    lines.close()
+
+
+def test_a_file_deleted_under_the_run_counts_as_lost(tmp_path):
+    warnings = []
+    outputs = Outputs(warn=warnings.append)
+    lines = LineFile(tmp_path / "log.txt", outputs=outputs)
+    lines.write(b"one\n")
+    os.remove(tmp_path / "log.txt")
+    lines.write(b"two\n")  # the OS takes it: the file is only unlinked
+    lines.close()
+    assert outputs.summary()[0]["error"] == "ENOENT" and "deleted" in warnings[0]
+
+
+def test_atomic_writes_keep_the_errno_and_leave_nothing(full_fs):
+    _fill(full_fs)
+    with pytest.raises(OutputError) as caught:
+        write_atomic(full_fs / "tuning.json", b"{}" * 4096)
+    assert caught.value.errno == errno.ENOSPC and str(caught.value).startswith("cannot write")
+    assert sorted(os.listdir(full_fs)) == ["ballast"]
+
+
+def test_make_below_never_makes_the_root_again(tmp_path):
+    assert make_below(tmp_path, "step3", "rank0") == str(tmp_path / "step3" / "rank0")
+    assert make_below(tmp_path, "step3", "rank0") == str(tmp_path / "step3" / "rank0")  # already there: fine
+    with pytest.raises(FileNotFoundError):
+        make_below(tmp_path / "deleted", "step4")
+    assert not (tmp_path / "deleted").exists()
+
+
+def test_a_write_in_progress_defers_what_is_asked_meanwhile():
+    outputs, ran = Outputs(), []
+    assert outputs.defer(lambda: ran.append("now")) is False  # nothing in progress: the caller runs it
+    with outputs:
+        with outputs:
+            assert outputs.defer(lambda: ran.append("later")) is True
+        assert ran == []  # the outer write is still going on
+    assert ran == ["later"]
+
+
+_floats = st.floats(allow_nan=True, allow_infinity=True, width=64)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    losses=st.lists(st.one_of(st.none(), _floats), min_size=1, max_size=4),
+    seconds=st.one_of(st.just(0.0), st.floats(min_value=1e-9, max_value=1e6)),
+    samples=st.one_of(st.none(), st.integers(min_value=0, max_value=10**9)),
+    first=st.integers(min_value=0, max_value=10**8),
+    epoch=st.integers(min_value=0, max_value=10**4),
+    rank=st.integers(min_value=0, max_value=512),
+    warmup=st.booleans(),
+    memory=st.one_of(st.none(), st.floats(min_value=0, max_value=1e7)),
+)
+def test_the_hand_written_metrics_line_is_jsons_line(losses, seconds, samples, first, epoch, rank, warmup, memory):
+    entries = [ClosedStep(first + i, None, None, i == 0, 0.0, 1796119648.123456 + i) for i in range(len(losses))]
+    window = metrics.make_window(entries, seconds, samples, losses)
+    context = {"epoch": epoch, "rank": rank, "world_size": rank + 1, "warmup": warmup, "memory_mib": memory}
+    line = sinks.metrics_line(window, context)
+    assert line == sinks.json_line(sinks.window_record(window, **context))
+    record = json.loads(line)
+    assert record["step_losses"] == [pytest.approx(v, nan_ok=True) if v is not None else None for v in losses]
+    assert math.isnan(record["loss"]) == math.isnan(window.loss)
+
+
+def test_the_monitors_window_lines_take_the_hand_written_path(setup, tmp_path, monkeypatch):
+    """When window_record gains a field, metrics_line must learn it too, or every line pays json's price."""
+    import torch.nn.functional as F
+
+    from ascend_tune import TrainingMonitor
+
+    calls = []
+    monkeypatch.setattr(sinks, "json_line", lambda record: calls.append(record) or b"{}\n")
+    model, optimizer, loader = setup
+    with TrainingMonitor(model, optimizer, loader, log_dir=tmp_path, quiet=True, tune=False):
+        for x, y in loader:
+            loss = F.cross_entropy(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    assert calls == []
+    assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 8
