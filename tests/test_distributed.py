@@ -1,4 +1,10 @@
-"""Two ranks under torchrun (gloo, CPU): one text log, per-rank metrics, cross-rank figures from one collective."""
+"""Two ranks under torchrun (gloo, CPU): one text log, per-rank metrics, cross-rank figures from one collective.
+
+Made for a loaded 2-core CI machine: generous timeouts (torchrun's rendezvous binds a port the OS picks, so no
+port is raced for), gloo on the loopback interface, and a retry only for torch's own gloo teardown abort
+("terminate called without an active exception" once the script's work is done, notes/real-world-trials.md),
+never for a failed assertion of ours.
+"""
 
 from __future__ import annotations
 
@@ -12,24 +18,41 @@ import pytest
 from conftest import read_jsonl, read_log
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "ddp_train.py")
+ATTEMPTS = 3
+
+
+def _torchrun(out) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
+    env.update(OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo")
+    return subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "--max-restarts=0",
+         "--monitor-interval=0.5", SCRIPT, str(out)],
+        capture_output=True, text=True, timeout=900, env=env,
+    )
+
+
+def _teardown_abort(proc: subprocess.CompletedProcess, out) -> bool:
+    """torch's gloo teardown aborted a rank after the script had done everything (both ranks wrote their file)."""
+    done = all(os.path.exists(os.path.join(out, f"calls_rank{rank}.json")) for rank in (0, 1))
+    aborted = "terminate called without an active exception" in proc.stderr or "SIGABRT" in proc.stderr
+    return proc.returncode != 0 and done and aborted
 
 
 def test_torchrun_two_ranks(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    env["OMP_NUM_THREADS"] = "1"
-    proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", SCRIPT, str(tmp_path)],
-        capture_output=True, text=True, timeout=240, env=env,
-    )
+    for attempt in range(ATTEMPTS):
+        out = tmp_path / f"attempt{attempt}"
+        proc = _torchrun(out)
+        if not _teardown_abort(proc, out):
+            break
     assert proc.returncode == 0, proc.stderr[-3000:]
     # one text log, written by rank 0 only: 2 epochs x 8 batches of this rank's half of the data
-    assert len(read_log(tmp_path)) == 16
-    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("rank")) == ["rank0", "rank1"]
+    assert len(read_log(out)) == 16
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith("rank")) == ["rank0", "rank1"]
     for rank in (0, 1):
-        records = read_jsonl(tmp_path / f"rank{rank}" / "metrics.jsonl")
+        records = read_jsonl(out / f"rank{rank}" / "metrics.jsonl")
         assert [r["step"] for r in records] == list(range(16)) and {r["rank"] for r in records} == {rank}
         assert {r["world_size"] for r in records} == {2}
-    summary = json.loads((tmp_path / "summary.json").read_text())
+    summary = json.loads((out / "summary.json").read_text())
     ranks = summary["ranks"]
     assert [r["rank"] for r in ranks["per_rank"]] == [0, 1]
     rates = ranks["steps_per_sec"]
@@ -37,7 +60,7 @@ def test_torchrun_two_ranks(tmp_path):
     assert rates["min"] == min(r["median_steps_per_sec"] for r in ranks["per_rank"])
     assert ranks["slowest_rank"] in (0, 1)
     for rank in (0, 1):
-        seen = json.loads((tmp_path / f"calls_rank{rank}.json").read_text())
+        seen = json.loads((out / f"calls_rank{rank}.json").read_text())
         # no collective inside the step loop; one gather at exit
         assert seen["calls"] == [{"collective": "all_gather_object", "in_loop": False}]
         assert seen["epoch"] == 1  # the wrapped loader advanced DistributedSampler's epoch

@@ -3,6 +3,7 @@
 Records every torch.distributed collective that ascend_tune calls, and whether it came inside the step loop.
 """
 
+import datetime
 import json
 import os
 import sys
@@ -34,7 +35,7 @@ def spy(name, original):
 
 
 def main(out):
-    dist.init_process_group("gloo")
+    dist.init_process_group("gloo", timeout=datetime.timedelta(minutes=10))  # a loaded machine is slow, not hung
     rank = dist.get_rank()
     for name in COLLECTIVES:
         setattr(dist, name, spy(name, getattr(dist, name)))
