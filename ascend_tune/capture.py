@@ -208,7 +208,7 @@ def patch_grad_scaler(
     so the caller can see whether the optimizer's own step ran (GradScaler skips it on inf/nan gradients).
     ``extra``: a user's scaler whose class overrides ``scale`` / ``step`` (torch_npu ships its own), patched too.
     """
-    classes = [torch.amp.GradScaler]
+    classes = list(grad_scaler_classes())
     if extra is not None:
         for cls in type(extra).__mro__:
             if cls not in classes and ("scale" in vars(cls) or "step" in vars(cls)):
@@ -220,6 +220,21 @@ def patch_grad_scaler(
                 continue
             setattr(cls, name, make(original, on_scale if name == "scale" else on_step))
             stack.callback(setattr, cls, name, original)
+
+
+def grad_scaler_classes() -> tuple:
+    """torch's GradScaler classes that define ``scale`` / ``step`` themselves.
+
+    ``torch.amp.GradScaler`` (first in torch 2.3) is the device-generic class, and ``torch.cuda.amp.GradScaler`` /
+    ``torch.cpu.amp.GradScaler`` are thin subclasses of it; before it, ``torch.cuda.amp.GradScaler`` was the class
+    (torch 2.1 and 2.2 have no CPU GradScaler at all).
+    """
+    found = []
+    for owner in (torch.amp, torch.cuda.amp, getattr(torch.cpu, "amp", None)):
+        cls = getattr(owner, "GradScaler", None)
+        if isinstance(cls, type) and ("scale" in vars(cls) or "step" in vars(cls)):
+            found.append(cls)
+    return tuple(found)
 
 
 def _wrap_scale(original: Callable, on_scale: Callable) -> Callable:
