@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
+import logging
 import sys
 import threading
 from collections.abc import Iterable, Iterator
@@ -16,6 +18,7 @@ from typing import Any, Callable, Optional
 import torch
 
 _local = threading.local()
+logger = logging.getLogger("ascend_tune")
 
 
 class _Internal:
@@ -91,6 +94,22 @@ class ModeRemoval:
         if not self._pending and self._hook is not None:
             self._hook.remove()
             self._hook = None
+
+
+def global_forward_hook(hook: Callable[[Any, tuple, dict, Any], None], *, always_call: bool = False) -> Any:
+    """Register ``hook(module, args, kwargs, output)`` as a forward hook of every module; returns its handle.
+
+    Global forward hooks get the forward's keyword arguments from torch 2.6 on (``with_kwargs``); on an older torch
+    ``kwargs`` is always ``{}`` (said once in the log), since a hook on each module would be pickled with it.
+    """
+    register = torch.nn.modules.module.register_module_forward_hook
+    if "with_kwargs" in inspect.signature(register).parameters:
+        return register(hook, with_kwargs=True, always_call=always_call)
+    if not getattr(global_forward_hook, "said", False):
+        global_forward_hook.said = True  # type: ignore[attr-defined]
+        logger.info("ascend_tune: torch %s gives global module hooks no keyword arguments (torch 2.6 does): "
+                    "module records show input_kwargs as {}", torch.__version__)
+    return register(lambda module, args, output: hook(module, args, {}, output), always_call=always_call)
 
 
 def patch_backward(
