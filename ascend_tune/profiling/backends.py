@@ -56,9 +56,10 @@ def build_torch(session: StepProfiler, kind: str) -> Any:
 def _step_named_profile(tp: Any) -> type:
     """``torch.profiler.profile``, or a subclass of it that names each step by its own number.
 
-    ``profile.step()`` opens the range of the step it begins; torch 2.1 names it after the step that just ended
-    (``ProfilerStep#N`` twice, so a trace of steps 2-3 says 1-2), torch 2.2 on by its own number. Which one this
-    torch does is seen by stepping a profiler whose schedule never records.
+    ``profile.step()`` opens the range of the step it begins; torch 2.1 and 2.2 name it after the step that just
+    ended (``ProfilerStep#N`` twice, so a trace of steps 2-3 says 1-2), torch 2.3 on by its own number. Which one
+    this torch does is seen by stepping a profiler whose schedule never records (on torch 2.1 that step prints
+    torch's "Profiler is not initialized" warning once, as each of its own waiting steps does).
     """
     probe = tp.profile(activities=[tp.ProfilerActivity.CPU], schedule=lambda step: tp.ProfilerAction.NONE)
     with probe:

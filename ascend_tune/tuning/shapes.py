@@ -35,8 +35,6 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Optional
 
-import torch
-
 from .. import capture
 from ..callbacks import Callback
 from ..config import FeatureConfig
