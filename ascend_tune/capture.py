@@ -104,12 +104,28 @@ def global_forward_hook(hook: Callable[[Any, tuple, dict, Any], None], *, always
     """
     register = torch.nn.modules.module.register_module_forward_hook
     if "with_kwargs" in inspect.signature(register).parameters:
-        return register(hook, with_kwargs=True, always_call=always_call)
+        return _KwargsHookHandle(register(hook, with_kwargs=True, always_call=always_call))
     if not getattr(global_forward_hook, "said", False):
         global_forward_hook.said = True  # type: ignore[attr-defined]
         logger.info("ascend_tune: torch %s gives global module hooks no keyword arguments (torch 2.6 does): "
                     "module records show input_kwargs as {}", torch.__version__)
     return register(lambda module, args, output: hook(module, args, {}, output), always_call=always_call)
+
+
+class _KwargsHookHandle:
+    """A global kwargs hook's handle whose ``remove()`` also clears the hook's id from torch's with_kwargs table.
+
+    torch's handle leaves it there (torch 2.13), and ``torch.compile`` then warns about global hooks that are gone.
+    """
+
+    def __init__(self, handle: Any):
+        self._handle = handle
+
+    def remove(self) -> None:
+        self._handle.remove()
+        table = getattr(torch.nn.modules.module, "_global_forward_hooks_with_kwargs", None)
+        if isinstance(table, dict):
+            table.pop(self._handle.id, None)
 
 
 def patch_backward(
