@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import re
-from typing import Optional
 
 import pytest
 import torch
@@ -63,23 +61,3 @@ def train(model, optimizer, loader, epochs=1):
             seen.append(loss.detach().clone())
     return seen
 
-
-def fused_on_cpu(optimizer_class: type) -> Optional[str]:
-    """Why torch's ``fused=True`` form of ``optimizer_class`` does not step CPU tensors here; None when it does.
-
-    Detected as the tuning does, by one step on a tiny tensor: ``SGD(fused=...)`` is first in torch 2.3 and
-    ``Adagrad(fused=...)`` in 2.4, and the CPU kernels of all of them arrived in torch 2.4 (before, ``fused=True``
-    runs on CUDA and torch_npu's devices only).
-    """
-    if "fused" not in inspect.signature(optimizer_class).parameters:
-        first = {"SGD": "2.3", "Adagrad": "2.4"}.get(optimizer_class.__name__)
-        since = f" (first in torch {first})" if first else ""
-        return f"torch {torch.__version__}'s {optimizer_class.__name__} has no fused= argument{since}"
-    param = torch.zeros(2, requires_grad=True)
-    param.grad = torch.ones(2)
-    try:
-        optimizer_class([param], lr=0.1, fused=True).step()
-    except Exception as exc:  # torch raises RuntimeError for a device its fused kernel does not run on
-        return (f"torch {torch.__version__} has no fused {optimizer_class.__name__} kernel for CPU tensors (torch 2.4 "
-                f"is the first with one): {type(exc).__name__}: {str(exc).splitlines()[0]}")
-    return None

@@ -15,6 +15,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 from ascend_tune import AscendTuneError, TrainingMonitor, capture
 from ascend_tune.testing.models import TinyMLP, synthetic_classification
+from ascend_tune.testing.torch_features import cpu_grad_scaler_missing
 
 
 def test_one_line_per_optimizer_step_in_the_seed_format(setup, tmp_path):
@@ -211,9 +212,8 @@ def test_lbfgs_closure_step_loss_is_the_first_evaluation(tmp_path):
 
 
 def _torch_cpu_scaler() -> object:
-    if not hasattr(torch.amp, "GradScaler"):
-        pytest.skip("no GradScaler runs on the CPU before torch 2.3 (torch.amp.GradScaler('cpu')); "
-                    "the torch_npu case covers this torch's torch.cuda.amp.GradScaler")
+    if cpu_grad_scaler_missing():  # the torch_npu case covers this torch's torch.cuda.amp.GradScaler
+        pytest.skip(cpu_grad_scaler_missing())
     return torch.amp.GradScaler("cpu", init_scale=1024.0)
 
 

@@ -10,11 +10,11 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import fused_on_cpu
 from torch import nn
 
 from ascend_tune import AscendTuneError, TrainingMonitor
 from ascend_tune.testing.models import TinyMLP, synthetic_classification
+from ascend_tune.testing.torch_features import fused_on_cpu_missing
 from ascend_tune.tuning import TuneConfig
 
 X, Y = synthetic_classification(n=64).tensors
@@ -23,7 +23,7 @@ X, Y = synthetic_classification(n=64).tensors
 
 def fastest(cls):
     """What the tuning picks without timing: fused where this torch runs it on the CPU (torch 2.4 on), else foreach."""
-    return "fused" if fused_on_cpu(cls) is None else "foreach"
+    return "fused" if fused_on_cpu_missing(cls) is None else "foreach"
 
 
 OPTIMIZERS = {
@@ -99,7 +99,7 @@ def test_timing_touches_neither_parameters_nor_state_nor_the_random_stream(tmp_p
         assert all(torch.equal(a, b) and b.grad is None for a, b in zip(params, model.parameters()))
         assert not optimizer.state
     record = tuning_json(tmp_path)["optimizer"]
-    timed = {"for-loop", "foreach"} | ({"fused"} if fused_on_cpu(torch.optim.SGD) is None else set())
+    timed = {"for-loop", "foreach"} | ({"fused"} if fused_on_cpu_missing(torch.optim.SGD) is None else set())
     assert set(record["measured_ms"]) == timed
     assert record["would_run"] == min(record["measured_ms"], key=record["measured_ms"].get)
     assert "measured fastest" in record["reason"]
@@ -109,7 +109,7 @@ def test_timing_touches_neither_parameters_nor_state_nor_the_random_stream(tmp_p
 def test_an_explicit_false_is_the_users_choice_unless_forced(tmp_path, flag):
     no_fused = "fused" not in inspect.signature(torch.optim.SGD).parameters
     if flag == "fused" and no_fused:
-        pytest.skip(fused_on_cpu(torch.optim.SGD))
+        pytest.skip(fused_on_cpu_missing(torch.optim.SGD))
     model, optimizer, *_ = pair(torch.optim.SGD, {"lr": 0.1, "momentum": 0.9, flag: False})
     with TrainingMonitor(model, optimizer, log_dir=tmp_path / "auto", quiet=True, tune=True):
         assert (optimizer.param_groups[0]["foreach"], optimizer.param_groups[0].get("fused")) == (
@@ -171,7 +171,7 @@ def test_optimizers_without_a_faster_path_are_left_with_the_reason(tmp_path):
 
 def test_sparse_embeddings_rule_out_fused(tmp_path):
     if "fused" not in inspect.signature(torch.optim.SGD).parameters:
-        pytest.skip(fused_on_cpu(torch.optim.SGD))  # no fused SGD to rule out
+        pytest.skip(fused_on_cpu_missing(torch.optim.SGD))  # no fused SGD to rule out
     model = nn.Sequential(nn.Embedding(10, 4, sparse=True), nn.Linear(4, 2))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     with TrainingMonitor(model, optimizer, log_dir=tmp_path, quiet=True, tune={"optimizer": "swap", "measure": False}):

@@ -9,10 +9,10 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import fused_on_cpu
 
 from ascend_tune import TrainingMonitor
 from ascend_tune.testing.models import TinyMLP, synthetic_classification
+from ascend_tune.testing.torch_features import fused_on_cpu_missing
 
 X, Y = synthetic_classification(n=64).tensors
 
@@ -92,7 +92,7 @@ def test_adam_state_carries_into_npu_fused_adam_and_back(npu, tmp_path):
 
 
 def test_adamw_uses_torchs_fused_kernel_on_npu(npu, tmp_path):
-    why_not = fused_on_cpu(torch.optim.AdamW)
+    why_not = fused_on_cpu_missing(torch.optim.AdamW)
     if why_not:
         pytest.skip(f"the fake NPU's tensors are CPU tensors: {why_not}")
     model, optimizer, *_ = pair(torch.optim.AdamW, {"lr": 1e-2})
