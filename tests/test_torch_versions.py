@@ -100,11 +100,36 @@ def test_a_compiled_model_forced_eager_logs_the_eager_losses(tmp_path):
     assert [r["loss"] for r in read_jsonl(tmp_path / "metrics.jsonl")] == expected
 
 
-def test_the_install_pins_the_torch_it_found_and_numpy_below_2_before_torch_2_3():
+def _install_tool():
     spec = importlib.util.spec_from_file_location("install_extras", os.path.join(ROOT, "tools", "install_extras.py"))
     install = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(install)
+    return install
+
+
+def test_the_install_pins_the_torch_it_found_and_numpy_below_2_before_torch_2_3():
+    install = _install_tool()
     assert install.constraints("2.1.2") == ["torch==2.1.2", "numpy<2"]
     assert install.constraints("2.2.2+cpu") == ["torch==2.2.2+cpu", "numpy<2"]
     assert install.constraints("2.13.0+cpu") == ["torch==2.13.0+cpu"]
     assert install.torch_version().split("+")[0] == torch.__version__.split("+")[0]
+
+
+def test_an_extra_that_cannot_install_next_to_this_torch_is_skipped_with_a_message(monkeypatch, capsys):
+    install = _install_tool()
+    calls = []
+
+    def pip_install(spec, constraints_file):
+        calls.append(spec)
+        with open(constraints_file, encoding="utf-8") as fh:
+            assert fh.readline().startswith("torch==")  # every call pins the torch it found
+        ok = spec in (".", ".[plot]")
+        err = "" if ok else "ERROR: Cannot install ascend-tune[new] because it needs torch>=9\n"
+        return subprocess.CompletedProcess([], 0 if ok else 1, "", err)
+
+    monkeypatch.setattr(install, "pip_install", pip_install)
+    assert install.main(["plot,new"]) == 0
+    assert calls == [".[plot,new]", ".", ".[plot]", ".[new]"]
+    err = capsys.readouterr().err
+    assert "skipping the 'new' extra: it cannot be installed next to torch" in err and "torch>=9" in err
+    assert "'plot'" not in err.split("trying each")[-1]

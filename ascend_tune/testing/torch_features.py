@@ -82,3 +82,17 @@ def set_stance_missing() -> Optional[str]:
     if find_set_stance() is None:
         return f"torch {torch.__version__} has no torch.compiler.set_stance (first in torch 2.6)"
     return None
+
+
+def transformers_missing() -> Optional[str]:
+    """None when transformers is installed and uses this torch; transformers 5 runs on torch 2.6 or later and,
+    on an older one, imports with its PyTorch models turned off."""
+    try:
+        import transformers
+        from transformers.utils import is_torch_available
+    except Exception as exc:  # not installed, or broken
+        return f"transformers cannot be imported ({type(exc).__name__}: {exc})"
+    if not is_torch_available():
+        return (f"transformers {transformers.__version__} does not run its models on torch {torch.__version__} "
+                "(transformers 5 needs torch 2.6 or later)")
+    return None
