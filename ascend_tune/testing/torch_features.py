@@ -96,3 +96,17 @@ def transformers_missing() -> Optional[str]:
         return (f"transformers {transformers.__version__} does not run its models on torch {torch.__version__} "
                 "(transformers 5 needs torch 2.6 or later)")
     return None
+
+
+def sdpa_kernel_missing() -> Optional[str]:
+    """None when ``torch.nn.attention.sdpa_kernel`` (choosing the attention kernel) is there: first in torch 2.3."""
+    if _first((("torch.nn.attention", "sdpa_kernel"),)) is None:
+        return f"torch {torch.__version__} has no torch.nn.attention.sdpa_kernel (first in torch 2.3)"
+    return None
+
+
+def collectives_in_modes_missing() -> Optional[str]:
+    """None when torch.distributed's collectives reach torch function modes (``__torch_function__``, torch 2.7)."""
+    from ..precision.catalog import collectives_unseen
+
+    return collectives_unseen()
