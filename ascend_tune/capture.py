@@ -213,7 +213,7 @@ def run_eager(stack: contextlib.ExitStack, models: tuple = ()) -> bool:
         return False
     try:
         stance = torch.compiler.set_stance("force_eager")
-    except Exception:  # inside a compiled region, or a torch without stances
+    except Exception:  # inside a compiled region, or a torch without stances (set_stance is first in torch 2.6)
         return False
     stack.callback(_restore_stance, stance)
     return True

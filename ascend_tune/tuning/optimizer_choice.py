@@ -372,9 +372,8 @@ def _probe_tensor(like: torch.Tensor) -> torch.Tensor:
     t = torch.zeros(4, dtype=like.dtype, device=like.device)
     mesh = getattr(like, "device_mesh", None)
     if mesh is not None and hasattr(like, "placements"):  # a DTensor (FSDP2, tensor parallel): probe one like it
-        from torch.distributed.tensor import DTensor
-
-        t = DTensor.from_local(t, mesh, like.placements, run_check=False)  # no collective
+        # the parameter's own class: torch.distributed.tensor.DTensor from torch 2.5, torch.distributed._tensor before
+        t = type(like).from_local(t, mesh, like.placements, run_check=False)  # no collective
     t.grad = torch.full_like(t, 1e-3)
     return t
 
