@@ -211,9 +211,15 @@ def run_eager(stack: contextlib.ExitStack, models: tuple = ()) -> bool:
     """
     if not compile_in_use(models):
         return False
+    if getattr(torch.compiler, "set_stance", None) is None:  # first in torch 2.6
+        if not getattr(run_eager, "said", False):
+            run_eager.said = True  # type: ignore[attr-defined]
+            logger.info("ascend_tune: torch %s has no torch.compiler.set_stance (torch 2.6 does): recorded steps of "
+                        "a compiled model run compiled, and dynamo traces the recording hooks", torch.__version__)
+        return False
     try:
         stance = torch.compiler.set_stance("force_eager")
-    except Exception:  # inside a compiled region, or a torch without stances (set_stance is first in torch 2.6)
+    except Exception:  # inside a compiled region
         return False
     stack.callback(_restore_stance, stance)
     return True

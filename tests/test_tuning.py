@@ -246,7 +246,9 @@ def test_by_default_on_cpu_nothing_changes_and_the_faster_variant_is_reported(tm
     assert record["would_run"] == min(ms, key=ms.get) and "flags_during" not in record
     assert record["gain"] == pytest.approx(ms["for-loop"] / ms[record["would_run"]], rel=1e-3)
     lines = [line for line in capsys.readouterr().err.splitlines() if "ascend_tune: tune:" in line]
-    assert len(lines) == 1 and "left as built on cpu" in lines[0]
+    # a torch whose for-loop is the fastest it has (torch 2.1: no fused SGD) has nothing faster to report
+    faster = record["would_run"] != "for-loop"
+    assert len(lines) == 1 and ("left as built on cpu" if faster else "nothing faster to run here") in lines[0]
     if record["would_run"] != "for-loop":
         assert f"as fast with {record['would_run']}=True" in lines[0]
     summary = json.loads((tmp_path / "summary.json").read_text())
