@@ -1,7 +1,9 @@
 # The quickstart is `make demo` and `make test` on a fresh clone: both build .venv first.
 PYTHON ?= python3
-VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
+# One venv per torch, so trying another torch never touches .venv: TORCH_SPEC=torch==2.1.2 uses .venv-torch2.1.
+DEFAULT_TORCH_SPEC := torch==2.13.0
+VENV ?= $(if $(filter $(DEFAULT_TORCH_SPEC),$(TORCH_SPEC)),.venv,.venv-$(basename $(subst ==,,$(TORCH_SPEC))))
 EXTRAS ?= test,plot,msprobe,msprof,tensorboard
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.ascend_tune-installed
@@ -11,11 +13,13 @@ DEMO_OUT ?= exp/demo
 
 install: $(STAMP)
 
-# torch goes in first, pinned, so the package's torch>=2.1 is already satisfied and no CUDA build is pulled.
-$(STAMP): setup.cfg setup.py pyproject.toml Makefile
+# torch goes in first, pinned, so the package's torch>=2.1 is already satisfied and no CUDA build is pulled; the
+# extras then install with that torch pinned (and numpy<2 for a torch before 2.3); an extra that needs a newer
+# torch is skipped with a message (tools/install_extras.py).
+$(STAMP): setup.cfg setup.py pyproject.toml Makefile tools/install_extras.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q "$(TORCH_SPEC)"
-	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
+	$(PY) tools/install_extras.py "$(EXTRAS)"
 	touch $@
 
 demo: install

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
+import logging
 import sys
 import threading
 from collections.abc import Iterable, Iterator
@@ -16,6 +18,7 @@ from typing import Any, Callable, Optional
 import torch
 
 _local = threading.local()
+logger = logging.getLogger("ascend_tune")
 
 
 class _Internal:
@@ -91,6 +94,38 @@ class ModeRemoval:
         if not self._pending and self._hook is not None:
             self._hook.remove()
             self._hook = None
+
+
+def global_forward_hook(hook: Callable[[Any, tuple, dict, Any], None], *, always_call: bool = False) -> Any:
+    """Register ``hook(module, args, kwargs, output)`` as a forward hook of every module; returns its handle.
+
+    Global forward hooks get the forward's keyword arguments from torch 2.6 on (``with_kwargs``); on an older torch
+    ``kwargs`` is always ``{}`` (said once in the log), since a hook on each module would be pickled with it.
+    """
+    register = torch.nn.modules.module.register_module_forward_hook
+    if "with_kwargs" in inspect.signature(register).parameters:
+        return _KwargsHookHandle(register(hook, with_kwargs=True, always_call=always_call))
+    if not getattr(global_forward_hook, "said", False):
+        global_forward_hook.said = True  # type: ignore[attr-defined]
+        logger.info("ascend_tune: torch %s gives global module hooks no keyword arguments (torch 2.6 does): "
+                    "module records show input_kwargs as {}", torch.__version__)
+    return register(lambda module, args, output: hook(module, args, {}, output), always_call=always_call)
+
+
+class _KwargsHookHandle:
+    """A global kwargs hook's handle whose ``remove()`` also clears the hook's id from torch's with_kwargs table.
+
+    torch's handle leaves it there (torch 2.13), and ``torch.compile`` then warns about global hooks that are gone.
+    """
+
+    def __init__(self, handle: Any):
+        self._handle = handle
+
+    def remove(self) -> None:
+        self._handle.remove()
+        table = getattr(torch.nn.modules.module, "_global_forward_hooks_with_kwargs", None)
+        if isinstance(table, dict):
+            table.pop(self._handle.id, None)
 
 
 def patch_backward(
@@ -176,9 +211,15 @@ def run_eager(stack: contextlib.ExitStack, models: tuple = ()) -> bool:
     """
     if not compile_in_use(models):
         return False
+    if getattr(torch.compiler, "set_stance", None) is None:  # first in torch 2.6
+        if not getattr(run_eager, "said", False):
+            run_eager.said = True  # type: ignore[attr-defined]
+            logger.info("ascend_tune: torch %s has no torch.compiler.set_stance (torch 2.6 does): recorded steps of "
+                        "a compiled model run compiled, and dynamo traces the recording hooks", torch.__version__)
+        return False
     try:
         stance = torch.compiler.set_stance("force_eager")
-    except Exception:  # inside a compiled region, or a torch without stances
+    except Exception:  # inside a compiled region
         return False
     stack.callback(_restore_stance, stance)
     return True
@@ -208,7 +249,7 @@ def patch_grad_scaler(
     so the caller can see whether the optimizer's own step ran (GradScaler skips it on inf/nan gradients).
     ``extra``: a user's scaler whose class overrides ``scale`` / ``step`` (torch_npu ships its own), patched too.
     """
-    classes = [torch.amp.GradScaler]
+    classes = list(grad_scaler_classes())
     if extra is not None:
         for cls in type(extra).__mro__:
             if cls not in classes and ("scale" in vars(cls) or "step" in vars(cls)):
@@ -220,6 +261,21 @@ def patch_grad_scaler(
                 continue
             setattr(cls, name, make(original, on_scale if name == "scale" else on_step))
             stack.callback(setattr, cls, name, original)
+
+
+def grad_scaler_classes() -> tuple:
+    """torch's GradScaler classes that define ``scale`` / ``step`` themselves.
+
+    ``torch.amp.GradScaler`` (first in torch 2.3) is the device-generic class, and ``torch.cuda.amp.GradScaler`` /
+    ``torch.cpu.amp.GradScaler`` are thin subclasses of it; before it, ``torch.cuda.amp.GradScaler`` was the class
+    (torch 2.1 and 2.2 have no CPU GradScaler at all).
+    """
+    found = []
+    for owner in (torch.amp, torch.cuda.amp, getattr(torch.cpu, "amp", None)):
+        cls = getattr(owner, "GradScaler", None)
+        if isinstance(cls, type) and ("scale" in vars(cls) or "step" in vars(cls)):
+            found.append(cls)
+    return tuple(found)
 
 
 def _wrap_scale(original: Callable, on_scale: Callable) -> Callable:

@@ -265,11 +265,19 @@ def tensorboard_wanted(option: Optional[bool]) -> bool:
 
 
 def tensorboard_available() -> Optional[str]:
-    """None when ``torch.utils.tensorboard`` can be used, else why not (one line)."""
+    """None when ``torch.utils.tensorboard`` can be used, else why not (one line).
+
+    The sink's own import is tried: it needs the tensorboard package, and torch 2.1's also needs ``packaging``
+    (vendored into torch from 2.2).
+    """
     try:
         import tensorboard  # noqa: F401
     except Exception as exc:  # a broken install raises more than ImportError
         return f"the tensorboard package cannot be imported ({type(exc).__name__}: {exc})"
+    try:
+        from torch.utils.tensorboard import SummaryWriter  # noqa: F401
+    except Exception as exc:
+        return f"torch.utils.tensorboard cannot be imported ({type(exc).__name__}: {exc})"
     return None
 
 

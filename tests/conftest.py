@@ -60,3 +60,4 @@ def train(model, optimizer, loader, epochs=1):
             optimizer.step()
             seen.append(loss.detach().clone())
     return seen
+

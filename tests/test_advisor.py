@@ -14,7 +14,9 @@ from torch.utils.data.dataloader import default_collate
 
 from ascend_tune.analysis.advisor.analyse import advise_traces
 from ascend_tune.cli import main
+from ascend_tune.profiling import backends
 from ascend_tune.testing.models import MobileNetV1, TinyMLP, synthetic_classification, synthetic_images
+from ascend_tune.testing.torch_features import fused_on_cpu_missing
 
 
 def _profile(out_dir, train_step, batches, active: int, with_stack: bool = False) -> str:
@@ -155,6 +157,8 @@ def test_unfused_sgd_over_83_params_gives_the_optimizer_finding_with_its_cost(un
 
 @pytest.mark.parametrize("trace_fixture", ["foreach_sgd", "fused_sgd"])
 def test_foreach_or_fused_sgd_gives_no_optimizer_finding(trace_fixture, request):
+    if trace_fixture == "fused_sgd" and fused_on_cpu_missing(torch.optim.SGD):
+        pytest.skip(fused_on_cpu_missing(torch.optim.SGD))
     report = _advise(request.getfixturevalue(trace_fixture))
     assert _by_rule(report, "unfused-optimizer") == []
     # the same loop otherwise clean: no warning at all, so the command passes
@@ -197,7 +201,10 @@ def test_hundreds_of_tiny_ops_per_step_are_dispatch_bound(tiny_ops, foreach_sgd)
 
 def test_step_breakdown_adds_up_and_names_the_optimizer_time(unfused_sgd):
     (trace, *_) = _advise(unfused_sgd).traces
-    assert [s.step for s in trace.steps] == [1, 2]
+    # torch 2.1 and 2.2 name the step profile.step() begins after the one that ended (ascend_tune's own profiler
+    # renames them): the two active steps of this plain torch.profiler trace are 0-1 there
+    plain_names = backends._step_named_profile(torch.profiler) is torch.profiler.profile
+    assert [s.step for s in trace.steps] == ([1, 2] if plain_names else [0, 1])
     for step in trace.steps:
         assert sum(step.parts) == pytest.approx(step.total_ms, rel=1e-6)
         assert step.part("optimizer") > 0 and step.part("backward") > 0

@@ -12,6 +12,10 @@ import pytest
 from conftest import read_jsonl
 
 from ascend_tune.analysis.dumps.read import read_dump
+from ascend_tune.testing.torch_features import set_stance_missing
+
+# both tests are about steps switched to eager, which needs torch.compiler.set_stance
+pytestmark = pytest.mark.skipif(set_stance_missing() is not None, reason=str(set_stance_missing()))
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "compiled_train.py")
 # what dynamo says when it traces into Python it cannot handle, recompiles, or sees global module hooks

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 
 import pytest
@@ -24,7 +25,9 @@ def test_plain_cpu_machine_detects_cpu_with_reasons():
 def test_fake_torch_npu_is_detected_as_npu(fake_npu):
     info = detect_device(refresh=True)
     assert info.kind == "npu" and info.count == 1
-    assert info.backend_version and info.name and info.cann_version
+    assert info.backend_version and info.name
+    # torch-npu 2.1.0 has no get_cann_version, and the CANN version is informative only
+    assert info.cann_version or not hasattr(importlib.import_module("torch_npu").utils, "get_cann_version")
 
 
 def test_device_count_follows_the_fake(fake_npu, monkeypatch):

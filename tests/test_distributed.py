@@ -17,6 +17,8 @@ import sys
 import pytest
 from conftest import read_jsonl, read_log
 
+from ascend_tune.testing.torch_features import fsdp2_missing
+
 SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "ddp_train.py")
 ATTEMPTS = 3
 
@@ -70,6 +72,8 @@ FSDP2_SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "fsdp2_train.p
 
 
 def test_fsdp2_two_ranks_dump_local_shards_and_train_unchanged(tmp_path):
+    if fsdp2_missing():
+        pytest.skip(fsdp2_missing())
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
     env["OMP_NUM_THREADS"] = "1"
     proc = subprocess.run(

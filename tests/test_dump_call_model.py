@@ -12,13 +12,13 @@ import os
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.data import DataLoader, TensorDataset
 
 from ascend_tune import TrainingMonitor
 from ascend_tune.analysis.dumps.compare import compare_dumps
 from ascend_tune.analysis.dumps.read import read_dump
 from ascend_tune.cli import main
+from ascend_tune.testing.torch_features import sdpa_kernel_missing
 
 BUILTIN = {"name": "ascend_tune", "version": "0.1.0", "call_model": 2}
 
@@ -167,6 +167,8 @@ class Attention(torch.nn.Module):
 
 
 def sdpa_dump(log_dir, kernel, scale=1.0):
+    from torch.nn.attention import sdpa_kernel  # torch 2.3
+
     torch.manual_seed(0)
     model = Attention()
     with torch.no_grad():
@@ -181,6 +183,10 @@ def sdpa_dump(log_dir, kernel, scale=1.0):
 
 
 def test_sdpa_math_and_flash_paths_pair_though_their_backward_gradients_are_other_views(tmp_path, capsys):
+    if sdpa_kernel_missing():
+        pytest.skip(sdpa_kernel_missing())
+    from torch.nn.attention import SDPBackend  # torch 2.3
+
     flash = sdpa_dump(tmp_path / "flash", SDPBackend.FLASH_ATTENTION)
     math_path = sdpa_dump(tmp_path / "math", SDPBackend.MATH)
     backward = "Functional.scaled_dot_product_attention.0.backward"

@@ -63,11 +63,15 @@ def _train(make_optimizer: Callable, steps: int = 5) -> torch.Tensor:
 
 def test_default_import_has_one_910b_and_changes_nothing_in_torch(load_fake):
     torch_npu = load_fake()
-    assert torch_npu.__version__ == torch_npu.version.__version__ == "2.13.0"
+    # the release paired with this torch (tests/test_fake_torch_npu_api.py pins which)
+    assert torch_npu.__version__ == torch_npu.version.__version__ == torch_npu._fake_release.RELEASE
     assert torch_npu.npu.is_available() and torch_npu.npu.device_count() == 1
     assert torch_npu.npu.get_device_name(0) == "Ascend910B2"
     assert torch_npu.npu.current_device() == 0
-    assert torch_npu.utils.get_cann_version() == torch_npu.npu.utils.get_cann_version(module="CANN")
+    if torch_npu._fake_release.API_2_1:  # torch-npu 2.1.0 has no get_cann_version
+        assert not hasattr(torch_npu.utils, "get_cann_version") and not hasattr(torch_npu.npu.utils, "get_cann_version")
+    else:
+        assert torch_npu.utils.get_cann_version() == torch_npu.npu.utils.get_cann_version(module="CANN")
     assert not hasattr(torch, "npu")
     assert torch._C._get_privateuse1_backend_name() == "privateuseone"
 
@@ -292,7 +296,7 @@ def test_profiler_writes_the_ascend_pt_layout(load_fake, tmp_path):
     (run_dir,) = tmp_path.iterdir()
     assert re.fullmatch(r"worker_\d+_\d{17}_ascend_pt", run_dir.name)
     info = json.loads((run_dir / "profiler_info.json").read_text())
-    assert info["torch_npu_version"] == "2.13.0"
+    assert info["torch_npu_version"] == torch_npu.__version__
     events = json.loads((run_dir / "ASCEND_PROFILER_OUTPUT" / "trace_view.json").read_text())
     assert isinstance(events, list)
     spans = [e for e in events if e["ph"] == "X"]

@@ -15,6 +15,7 @@ import torch
 from conftest import read_jsonl, read_log
 
 from ascend_tune import TrainingMonitor
+from ascend_tune.testing.torch_features import transformers_missing
 
 STEPS = 4
 
@@ -64,6 +65,8 @@ def _offline(monkeypatch):
 
 @pytest.mark.parametrize("accumulation", [1, 4])
 def test_hf_trainer_one_line_per_optimizer_step_with_its_logged_loss(tmp_path, accumulation):
+    if transformers_missing():
+        pytest.skip(transformers_missing())
     _, ref_result, ref_params = hf_train(tmp_path / "ref", accumulation)
     trainer, result, params = hf_train(tmp_path / "out", accumulation, log_dir=tmp_path / "mon")
     assert trainer.state.global_step == STEPS

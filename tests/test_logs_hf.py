@@ -15,6 +15,7 @@ from ascend_tune.analysis.logs.compare import compare_loss
 from ascend_tune.analysis.logs.detect import locate
 from ascend_tune.analysis.logs.read import read_log
 from ascend_tune.cli import main
+from ascend_tune.testing.torch_features import transformers_missing
 
 
 def hf_run(root, name, lr, logging_steps=1, save_state=False):
@@ -41,6 +42,8 @@ def hf_run(root, name, lr, logging_steps=1, save_state=False):
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
+    if transformers_missing():
+        pytest.skip(transformers_missing())
     root = tmp_path_factory.mktemp("hf")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

@@ -13,8 +13,9 @@ import torch.nn.functional as F
 from conftest import SEED_LINE, read_jsonl, read_log, train
 from torch.utils.data import DataLoader, DistributedSampler
 
-from ascend_tune import AscendTuneError, TrainingMonitor
+from ascend_tune import AscendTuneError, TrainingMonitor, capture
 from ascend_tune.testing.models import TinyMLP, synthetic_classification
+from ascend_tune.testing.torch_features import cpu_grad_scaler_missing
 
 
 def test_one_line_per_optimizer_step_in_the_seed_format(setup, tmp_path):
@@ -94,11 +95,11 @@ def test_no_host_reads_between_log_steps(setup, tmp_path, monkeypatch):
 
 def test_everything_is_restored_after_the_block_even_when_it_raises(setup, tmp_path):
     model, optimizer, loader = setup
+    scalers = capture.grad_scaler_classes()  # torch.amp's (torch 2.3 on) or torch.cuda.amp's
     before = (
         torch.Tensor.backward,
         torch.autograd.backward,
-        torch.amp.GradScaler.scale,
-        torch.amp.GradScaler.step,
+        [(c.scale, c.step) for c in scalers],
         type(loader),
         dict(optimizer._optimizer_step_pre_hooks),
         dict(optimizer._optimizer_step_post_hooks),
@@ -108,8 +109,7 @@ def test_everything_is_restored_after_the_block_even_when_it_raises(setup, tmp_p
         return (
             torch.Tensor.backward,
             torch.autograd.backward,
-            torch.amp.GradScaler.scale,
-            torch.amp.GradScaler.step,
+            [(c.scale, c.step) for c in scalers],
             type(loader),
             dict(optimizer._optimizer_step_pre_hooks),
             dict(optimizer._optimizer_step_post_hooks),
@@ -211,11 +211,29 @@ def test_lbfgs_closure_step_loss_is_the_first_evaluation(tmp_path):
     assert [r["loss"] for r in records] == pytest.approx(returned, rel=1e-6)
 
 
-def test_grad_scaler_loss_is_unscaled_and_skipped_steps_are_not_merged(setup, tmp_path):
+def _torch_cpu_scaler() -> object:
+    if cpu_grad_scaler_missing():  # the torch_npu case covers this torch's torch.cuda.amp.GradScaler
+        pytest.skip(cpu_grad_scaler_missing())
+    return torch.amp.GradScaler("cpu", init_scale=1024.0)
+
+
+def _npu_scaler() -> object:
+    # torch_npu's GradScaler derives from torch.amp.GradScaler, or torch.cuda.amp.GradScaler before torch 2.3
+    import torch_npu
+
+    return torch_npu.npu.amp.GradScaler(init_scale=1024.0)
+
+
+@pytest.mark.parametrize("make_scaler", [_torch_cpu_scaler, _npu_scaler], ids=["torch", "torch_npu"])
+def test_grad_scaler_loss_is_unscaled_and_skipped_steps_are_not_merged(setup, tmp_path, request, make_scaler):
     model, optimizer, loader = setup
-    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    if make_scaler is _npu_scaler:
+        request.getfixturevalue("fake_npu")
+    scaler = make_scaler()
     seen = []
-    with TrainingMonitor(model, optimizer, loader, log_dir=tmp_path, quiet=True):
+    # torch_npu's scaler class overrides scale/step, so it is passed; torch's own is seen without it
+    passed = scaler if make_scaler is _npu_scaler else None
+    with TrainingMonitor(model, optimizer, loader, log_dir=tmp_path, quiet=True, scaler=passed, tune=False):
         for i, (x, y) in enumerate(loader):
             optimizer.zero_grad()
             loss = F.cross_entropy(model(x), y)

@@ -4,6 +4,9 @@ compare reads matches this torch."""
 
 from __future__ import annotations
 
+import json
+
+import pytest
 import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
@@ -63,8 +66,15 @@ def test_arguments_are_recorded_as_the_caller_passed_them(tmp_path):
 
 
 def test_the_shipped_parameter_table_is_the_one_this_torch_gives():
-    assert signatures.render(signatures.build()) == open(signatures.TABLE, encoding="utf-8").read(), (
-        "rewrite it: python -m ascend_tune.precision.signatures")
+    shipped = open(signatures.TABLE, encoding="utf-8").read()
+    table_torch, this_torch = json.loads(shipped)["torch"], torch.__version__.split("+")[0]
+    if table_torch.split(".")[:2] != this_torch.split(".")[:2]:
+        pytest.skip(f"the table is written from torch {table_torch}; torch {this_torch}'s parameter lists differ "
+                    "where later torches added parameters (scaled_dot_product_attention's enable_gqa, ...)")
+    assert signatures.render(signatures.build()) == shipped, "rewrite it: python -m ascend_tune.precision.signatures"
+
+
+def test_the_table_names_the_parameters_the_compare_pairs_by():
     layer_norm = calls.signature("Functional.layer_norm")
     assert [p.name for p in layer_norm.positional] == ["input", "normalized_shape", "weight", "bias", "eps"]
     assert layer_norm.by_name["eps"].default == 1e-05

@@ -82,6 +82,12 @@ class PrecisionCallback(Callback):
             self.backend_name, self.config, self.dump_path, ctx.rank, list(ctx.models), self._backend_failed,
         )
         stack.callback(self._close)
+        if self.backend_name == "builtin" and ctx.world_size > 1:
+            from .catalog import collectives_unseen
+
+            why = collectives_unseen()
+            if why:
+                logger.info("ascend_tune: %s", why)
 
     def on_step_begin(self, ctx: RunContext, step: int) -> None:
         if self._done or self._active is not None or not self.config.selects_step(step):

@@ -165,6 +165,16 @@ def listed_apis() -> list:
     return found
 
 
+def collectives_unseen() -> Optional[str]:
+    """Why torch function modes do not see this torch's collectives (None when they do): torch.distributed routes
+    them through ``__torch_function__`` from torch 2.7 (all_reduce, broadcast, ...), msprobe patches them instead."""
+    c10d = getattr(torch.distributed, "distributed_c10d", None) if torch.distributed.is_available() else None
+    if c10d is not None and "handle_torch_function" not in vars(c10d):
+        return (f"torch {torch.__version__}'s collectives do not reach torch function modes (torch 2.7's do): "
+                "builtin dumps and replays hold no Distributed.* calls")
+    return None
+
+
 def _build_table() -> dict:
     table: dict = {}
     for prefix, name, func in listed_apis():

@@ -75,8 +75,7 @@ class ModuleRecorder:
         else:
             pre = torch.nn.modules.module.register_module_forward_pre_hook(self._pre)
             undo.callback(pre.remove)
-            post = torch.nn.modules.module.register_module_forward_hook(self._post, with_kwargs=True,
-                                                                        always_call=True)
+            post = capture.global_forward_hook(self._post, always_call=True)
             undo.callback(post.remove)
         if self._engine.want("backward", "input") or self._engine.want("backward", "output"):
             for prefix, module in self._names.values():

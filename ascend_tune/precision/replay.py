@@ -278,10 +278,14 @@ def _graph_of_call(root: Any, args_list: list) -> tuple:
     """``({node: [(slot, argument index)]}, None)``: the nodes of the call's own backward graph that send a
     gradient to one of its arguments; or ``({}, why)`` when that graph cannot be told apart from the rest."""
     edges = {}
+    # Nodes are told apart by id, so every node met is held until the walk ends: a node's Python object can die
+    # with its last reference and a new one get its id (torch 2.1 does not keep them, later torches do).
+    held = [root]
     for index, t in enumerate(args_list):
         if t.requires_grad:
-            edge = torch.autograd.graph.get_gradient_edge(t)
-            edges.setdefault((id(edge.node), edge.output_nr), index)
+            node, nr = _gradient_edge(t)
+            held.append(node)
+            edges.setdefault((id(node), nr), index)
     boundary: dict = {}
     todo, seen = [root], {id(root)}
     while todo:
@@ -289,6 +293,7 @@ def _graph_of_call(root: Any, args_list: list) -> tuple:
         for slot, (nxt, nr) in enumerate(node.next_functions):
             if nxt is None:
                 continue
+            held.append(nxt)
             index = edges.get((id(nxt), nr))
             if index is not None:
                 boundary.setdefault(node, []).append((slot, index))
@@ -304,6 +309,24 @@ def _graph_of_call(root: Any, args_list: list) -> tuple:
     if not boundary:
         return {}, "no gradient flows to its arguments"
     return boundary, None
+
+
+def _gradient_edge(t: torch.Tensor) -> tuple:
+    """``(node, output_nr)`` where ``t``'s gradient enters the graph: its ``grad_fn``, or a leaf's AccumulateGrad
+    (``torch.autograd.graph.get_gradient_edge``, first in torch 2.2, does the same)."""
+    get = getattr(torch.autograd.graph, "get_gradient_edge", None)
+    if get is not None:
+        edge = get(t)
+        return edge.node, edge.output_nr
+    node = t.grad_fn if t.grad_fn is not None else t.view_as(t).grad_fn.next_functions[0][0]
+    return node, t.output_nr
+
+
+def _cpu_autocast_on() -> bool:
+    try:
+        return torch.is_autocast_enabled("cpu")  # a device type: torch 2.4
+    except TypeError:
+        return torch.is_autocast_cpu_enabled()  # before: one function per device
 
 
 def _results(name: str, kwargs: dict, out: Any, args: tuple) -> list:
@@ -334,7 +357,7 @@ def _summed(grads: Optional[list], like: torch.Tensor) -> torch.Tensor:
 
 def _on_cpu(func: Any, args: tuple, kwargs: dict) -> Any:
     """``func`` on the golden copies, CPU autocast off (it would compute the golden value in bfloat16)."""
-    if torch.is_autocast_enabled("cpu"):
+    if _cpu_autocast_on():
         with torch.autocast("cpu", enabled=False):
             return func(*args, **kwargs)
     return func(*args, **kwargs)

@@ -6,6 +6,7 @@ backend's ``tensorboard_trace_handler`` into the rank folder, then the session's
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 from typing import TYPE_CHECKING, Any
@@ -40,7 +41,7 @@ def build_torch(session: StepProfiler, kind: str) -> Any:
     handler = tp.tensorboard_trace_handler(
         session.rank_dir, worker_name=f"rank{session.rank}_{socket.gethostname()}_{os.getpid()}", use_gzip=cfg.gzip
     )
-    return tp.profile(
+    return _step_named_profile(tp)(
         activities=activities,
         schedule=session.wrap_schedule(inner, tp.ProfilerAction.NONE),
         on_trace_ready=session.wrap_trace_handler(handler),
@@ -49,6 +50,43 @@ def build_torch(session: StepProfiler, kind: str) -> Any:
         with_stack=cfg.with_stack,
         with_modules=cfg.with_modules,
     )
+
+
+@functools.cache
+def _step_named_profile(tp: Any) -> type:
+    """``torch.profiler.profile``, or a subclass of it that names each step by its own number.
+
+    ``profile.step()`` opens the range of the step it begins; torch 2.1 and 2.2 name it after the step that just
+    ended (``ProfilerStep#N`` twice, so a trace of steps 2-3 says 1-2), torch 2.3 on by its own number. Which one
+    this torch does is seen by stepping a profiler whose schedule never records (on torch 2.1 that step prints
+    torch's "Profiler is not initialized" warning once, as each of its own waiting steps does).
+    """
+    probe = tp.profile(activities=[tp.ProfilerActivity.CPU], schedule=lambda step: tp.ProfilerAction.NONE)
+    with probe:
+        probe.step()
+        named = getattr(probe.step_rec_fn, "name", None)
+    return tp.profile if named == "ProfilerStep#1" else _own_step_names(tp.profile)
+
+
+def _own_step_names(base: type) -> type:
+    """A subclass of ``base`` whose ``step()`` opens the new step's range under the new step's number."""
+    from torch.autograd.profiler import record_function
+
+    def step(self: Any) -> None:
+        if not self.record_steps:
+            return base.step(self)
+        if self.step_rec_fn is not None:
+            self.step_rec_fn.__exit__(None, None, None)
+            self.step_rec_fn = None
+        self.record_steps = False  # base.step() moves the schedule on; the range is opened here
+        try:
+            base.step(self)
+        finally:
+            self.record_steps = True
+        self.step_rec_fn = record_function(f"ProfilerStep#{self.step_num}")
+        self.step_rec_fn.__enter__()
+
+    return type(base.__name__, (base,), {"step": step, "__module__": __name__})
 
 
 def build_npu(session: StepProfiler) -> Any:

@@ -224,7 +224,7 @@ class _Planner:
         if refusal is not None:
             return refusal
         instance_step = vars(optimizer).get("step")
-        if instance_step is not None and not getattr(instance_step, "_wrapped_by_lr_sched", False):
+        if instance_step is not None and scheduler_mark(instance_step) is None:
             by = getattr(instance_step, "__qualname__", repr(instance_step))
             return f"optimizer.step is replaced on the object by {by}, which would bypass a class swap"
         try:
@@ -232,6 +232,17 @@ class _Planner:
         except Exception as exc:  # the constructor's own checks (ValueError, TypeError) say what it refuses
             return f"{npu_name} refused the hyper-parameters: {type(exc).__name__}: {exc}"
         return None
+
+
+# An LR scheduler marks the step it puts on the optimizer object and leaves a trace of each call, which it reads to
+# warn about lr_scheduler.step() before optimizer.step(): _wrapped_by_lr_sched and opt._opt_called from torch 2.4,
+# _with_counter and opt._step_count before.
+SCHEDULER_MARKS = ("_wrapped_by_lr_sched", "_with_counter")
+
+
+def scheduler_mark(step: Any) -> Optional[str]:
+    """The LR scheduler's mark on an ``optimizer.step`` set on the object, or None when no scheduler put it there."""
+    return next((mark for mark in SCHEDULER_MARKS if getattr(step, mark, False)), None)
 
 
 def _said(variant: str) -> str:
@@ -361,9 +372,8 @@ def _probe_tensor(like: torch.Tensor) -> torch.Tensor:
     t = torch.zeros(4, dtype=like.dtype, device=like.device)
     mesh = getattr(like, "device_mesh", None)
     if mesh is not None and hasattr(like, "placements"):  # a DTensor (FSDP2, tensor parallel): probe one like it
-        from torch.distributed.tensor import DTensor
-
-        t = DTensor.from_local(t, mesh, like.placements, run_check=False)  # no collective
+        # the parameter's own class: torch.distributed.tensor.DTensor from torch 2.5, torch.distributed._tensor before
+        t = type(like).from_local(t, mesh, like.placements, run_check=False)  # no collective
     t.grad = torch.full_like(t, 1e-3)
     return t
 

@@ -32,7 +32,7 @@ import torch
 
 from .. import capture
 from . import optimizer_choice
-from .optimizer_choice import VARIANT_FLAGS, flags_of, npu_template, variant_of
+from .optimizer_choice import VARIANT_FLAGS, flags_of, npu_template, scheduler_mark, variant_of
 
 
 @dataclass(frozen=True)
@@ -257,16 +257,19 @@ def _swap_flags(stack: contextlib.ExitStack, optimizer: torch.optim.Optimizer, f
     handles.append(optimizer.register_load_state_dict_post_hook(apply))  # a loaded state dict holds the user's flags
 
 
-def _lr_scheduler_step(optimizer: torch.optim.Optimizer) -> Callable[..., Any]:
+def _lr_scheduler_step(optimizer: torch.optim.Optimizer, mark: str) -> Callable[..., Any]:
     """What an LR scheduler puts on ``optimizer.step``, but calling whatever class the object has now."""
     ref = weakref.ref(optimizer)
 
     def step(*args: Any, **kwargs: Any) -> Any:
         opt = ref()
-        opt._opt_called = True  # the scheduler reads it to warn about lr_scheduler.step() before optimizer.step()
+        if mark == "_with_counter":
+            opt._step_count += 1
+        else:
+            opt._opt_called = True
         return type(opt).step(opt, *args, **kwargs)
 
-    step._wrapped_by_lr_sched = True  # type: ignore[attr-defined]
+    setattr(step, mark, True)
     return step
 
 
@@ -289,10 +292,11 @@ def _swap_class(stack: contextlib.ExitStack, optimizer: torch.optim.Optimizer, n
         optimizer.__class__ = original_class
         if scheduler_step is not None:
             optimizer.step = scheduler_step  # type: ignore[method-assign]
-        elif getattr(vars(optimizer).get("step"), "_wrapped_by_lr_sched", False):
+        elif scheduler_mark(vars(optimizer).get("step")):
             # a scheduler created inside the block wrapped the fused class's step: point it at the original class
-            optimizer.step = _lr_scheduler_step(optimizer)  # type: ignore[method-assign]
-        for key in set(vars(optimizer)) - attrs_before - {"_opt_called", "step"}:
+            mark = scheduler_mark(vars(optimizer)["step"])
+            optimizer.step = _lr_scheduler_step(optimizer, mark)  # type: ignore[method-assign]
+        for key in set(vars(optimizer)) - attrs_before - {"_opt_called", "_step_count", "step"}:
             delattr(optimizer, key)
         _place_steps(optimizer)
         swap.restored = True
@@ -303,7 +307,7 @@ def _swap_class(stack: contextlib.ExitStack, optimizer: torch.optim.Optimizer, n
             setattr(optimizer, key, value)
     _place_steps(optimizer, as_int=True)
     if scheduler_step is not None:
-        optimizer.step = _lr_scheduler_step(optimizer)  # type: ignore[method-assign]
+        optimizer.step = _lr_scheduler_step(optimizer, scheduler_mark(scheduler_step))  # type: ignore[method-assign]
 
     def zero_grad(set_to_none: bool = True) -> None:
         # set_to_none would detach p.grad from the combined buffer the fused step reads, so zero it in place

@@ -35,8 +35,6 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Optional
 
-import torch
-
 from .. import capture
 from ..callbacks import Callback
 from ..config import FeatureConfig
@@ -147,8 +145,7 @@ class ShapesCallback(Callback):
         undo = contextlib.ExitStack()
         self._undo = undo
         if self._names and not capture.compile_in_use(ctx.models):
-            self._module_hook = torch.nn.modules.module.register_module_forward_hook(self._on_module,
-                                                                                     with_kwargs=True)
+            self._module_hook = capture.global_forward_hook(self._on_module)
             undo.callback(self._module_hook.remove)
         self._mode = ApiMode(self)
         self._mode.__enter__()

@@ -12,9 +12,11 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
-from torch.distributed.fsdp import fully_shard
 
 from ascend_tune import TrainingMonitor
+from ascend_tune.testing.torch_features import find_fully_shard
+
+fully_shard = find_fully_shard()  # torch.distributed.fsdp (torch 2.6) or torch.distributed._composable.fsdp (2.3)
 
 STEPS = 4
 

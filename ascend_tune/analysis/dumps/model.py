@@ -295,6 +295,7 @@ def _torch_array(label: str, name: str, data: bytes) -> Any:
     import torch
 
     try:
+        # weights_only (torch 1.13, the default from 2.6): a dump's .pt holds one tensor, never code to run
         value = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises many types for a bad file
         raise InputError(f"{label}: cannot load {name} ({type(exc).__name__}); is the dump complete?") from None

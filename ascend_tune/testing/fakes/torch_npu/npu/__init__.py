@@ -12,7 +12,7 @@ from typing import Any, Optional, Union
 import torch
 from torch_npu import _C
 
-from . import amp
+from . import amp  # noqa: F401  (torch_npu.npu.amp, as in the real package)
 from .memory import (
     empty_cache,
     max_memory_allocated,
@@ -25,7 +25,7 @@ from .memory import (
 )
 from .npu_config import _npuConfig, is_jit_compile_false, set_compile_mode, set_option
 from .streams import Event
-from .utils import _get_device_index, current_device, get_cann_version, is_bf16_supported, set_device, synchronize
+from .utils import _get_device_index, current_device, is_bf16_supported, set_device, synchronize
 
 __all__ = [
     "is_initialized",
@@ -50,8 +50,6 @@ __all__ = [
     "reset_max_memory_allocated",
     "empty_cache",
     "config",
-    "amp",
-    "get_cann_version",
 ]
 
 # Writing ``torch_npu.npu.config.allow_internal_format = False`` sets a runtime option, as in the real package.

@@ -7,6 +7,7 @@ from typing import Any, Union
 import torch
 import torch_npu
 from torch_npu import _C
+from torch_npu._fake_release import API_2_1, narrowed
 from torch_npu.utils._error_code import ErrCode, pta_error
 
 __all__ = ["synchronize", "set_device", "current_device", "get_cann_version", "is_bf16_supported"]
@@ -77,3 +78,11 @@ def get_cann_version(module: str = "CANN") -> str:
 def is_bf16_supported(including_emulation: bool = False) -> bool:
     """Whether the chip computes in bfloat16 (Atlas A2 and later do)."""
     return _C._npu_getDeviceName().startswith(("Ascend910B", "Ascend910_93"))
+
+
+if API_2_1:
+    # torch-npu 2.1.0.post8 has no get_cann_version (CANN's version is only in its install folder), and
+    # is_bf16_supported takes no argument
+    del get_cann_version
+    __all__.remove("get_cann_version")
+    is_bf16_supported = narrowed(is_bf16_supported, ())

@@ -1,9 +1,11 @@
 """Fake ``torch_npu.profiler``: the NPU profiler API, recording host ops through torch's CPU profiler."""
 
+from torch_npu._fake_release import API_2_1
+
+from . import experimental_config
 from .experimental_config import (
     AiCMetrics,
     ExportType,
-    HostSystem,
     ProfilerLevel,
     _ExperimentalConfig,
     supported_ai_core_metrics,
@@ -29,5 +31,7 @@ __all__ = [
     "ProfilerLevel",
     "AiCMetrics",
     "ExportType",
-    "HostSystem",
 ]
+if not API_2_1:  # torch-npu 2.1.0 has no host samplers
+    HostSystem = experimental_config.HostSystem
+    __all__.append("HostSystem")

@@ -6,8 +6,11 @@ Invalid values are reset with a warning, as in the real class; the device option
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from typing import Any, Optional, Union
+
+from torch_npu._fake_release import API_2_1, narrowed
 
 from ._constant import Constant, print_info_msg, print_warn_msg
 
@@ -169,7 +172,7 @@ class _ExperimentalConfig:
             warnings.warn(
                 "The parameter msprof_tx will be deprecated. Please use the new parameter mstx instead.", stacklevel=3
             )
-        if self._profiler_level == ProfilerLevel.Level_none and not self.tx_enabled:
+        if self._profiler_level == ProfilerLevel.Level_none and not (self._msprof_tx or self._mstx):
             print_warn_msg("Parameter mstx or msprof_tx must be True if profiler_level is set to Level_none.")
             self._mstx = True
         if not all(kind in supported_export_type() for kind in self._export_type):
@@ -185,3 +188,25 @@ class _ExperimentalConfig:
                 self._gc_detect_threshold = None
             elif threshold == 0:
                 print_info_msg("Parameter gc_detect_threshold is set to 0, it will collect all gc events.")
+
+
+if API_2_1:
+    # torch-npu 2.1.0.post8: no host samplers, no mstx switches, no MemoryAccess counters, no tx_enabled; aic_metrics
+    # defaults to none and becomes PipeUtilization from Level1 on.
+    del HostSystem, AiCMetrics.MemoryAccess, _ExperimentalConfig.tx_enabled
+    __all__.remove("HostSystem")
+    _full_init = _ExperimentalConfig.__init__
+
+    def _init_2_1(self: _ExperimentalConfig, profiler_level: str = Constant.LEVEL0,
+                  aic_metrics: str = Constant.AicMetricsNone, **kwargs: Any) -> None:
+        if profiler_level not in (Constant.LEVEL0, Constant.LEVEL_NONE) and aic_metrics == Constant.AicMetricsNone:
+            aic_metrics = Constant.AicPipeUtilization
+        _full_init(self, profiler_level, aic_metrics, **kwargs)
+
+    _init_2_1.__signature__ = inspect.signature(_full_init)  # type: ignore[attr-defined]
+    _ExperimentalConfig.__init__ = narrowed(  # type: ignore[method-assign]
+        _init_2_1,
+        ("self", "profiler_level", "aic_metrics", "l2_cache", "msprof_tx", "data_simplification", "record_op_args",
+         "op_attr", "gc_detect_threshold", "export_type"),
+        aic_metrics=Constant.AicMetricsNone,
+    )

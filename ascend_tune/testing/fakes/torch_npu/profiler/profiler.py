@@ -21,6 +21,7 @@ from functools import partial
 from typing import Any, Callable, Optional
 
 import torch.autograd.profiler as torch_autograd_profiler
+from torch_npu._fake_release import API_2_1, narrowed
 
 from ._constant import no_exception_func, print_warn_msg
 from ._profiler_path_creator import prof_path_creator
@@ -242,3 +243,16 @@ class profile:  # noqa: N801  (the real class name)
     def _transit(self, previous: Any, current: Any) -> None:
         for action in self._transitions.get((previous, current), []):
             action()
+
+
+if API_2_1:
+    # torch-npu 2.1.0.post8: no execution-trace observer or custom trace id, and the handler always parses in-line
+    profile.__init__ = narrowed(  # type: ignore[method-assign]
+        profile.__init__,
+        ("self", "activities", "schedule", "on_trace_ready", "record_shapes", "profile_memory", "with_stack",
+         "with_flops", "with_modules", "experimental_config", "use_cuda"),
+    )
+    # narrowed inside the decorator: a keyword this release lacks is an ERROR line there, not an exception
+    tensorboard_trace_handler = no_exception_func()(
+        narrowed(tensorboard_trace_handler.__wrapped__, ("dir_name", "worker_name", "analyse_flag"))
+    )

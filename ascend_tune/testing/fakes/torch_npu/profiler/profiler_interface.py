@@ -22,7 +22,7 @@ from ._profiler_path_creator import prof_path_creator
 from ._trace_view import framework_events, metadata_events
 from .experimental_config import ExportType, _ExperimentalConfig
 
-__all__ = ["ProfilerActivity", "supported_activities"]
+__all__ = ["supported_activities"]
 
 
 class ProfilerActivity(Enum):
@@ -170,7 +170,7 @@ class _ProfInterface:
             },
             "end_info": {"collectionTimeEnd": time.time_ns(), "MonotonicTimeEnd": time.monotonic_ns()},
             "torch_npu_version": torch_npu.__version__,
-            "cann_version": torch_npu.npu.get_cann_version(),
+            "cann_version": torch_npu._C._get_cann_version("CANN"),
         }
         name = "profiler_info.json" if rank is None else f"profiler_info_{rank}.json"
         if rank is not None:

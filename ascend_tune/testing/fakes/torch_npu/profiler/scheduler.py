@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from enum import Enum
 
+from torch_npu._fake_release import API_2_1, narrowed
 from torch_npu.utils._error_code import ErrCode, prof_error
 
 from ._constant import print_warn_msg
@@ -85,3 +86,9 @@ class Schedule:
 def _default_schedule_fn(_: int) -> ProfilerAction:
     """Without a schedule the profiler records from start() to stop()."""
     return ProfilerAction.RECORD
+
+
+if API_2_1:  # torch-npu 2.1.0.post8 has no skip_first_wait
+    Schedule.__init__ = narrowed(  # type: ignore[method-assign]
+        Schedule.__init__, ("self", "wait", "active", "warmup", "repeat", "skip_first")
+    )

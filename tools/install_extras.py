@@ -1,0 +1,82 @@
+"""Install ascend_tune and its extras into the running venv without ever replacing the torch already there.
+
+Run by ``make install`` after torch itself (``TORCH_SPEC``)::
+
+    .venv/bin/python tools/install_extras.py test,plot,msprobe,msprof,tensorboard
+
+Every pip call gets a constraints file that pins the installed torch, so no extra can pull another torch (a CUDA
+build, or a newer release); torch wheels before 2.3 were built against numpy 1, so with those numpy is pinned below
+2 too. All extras go in one pip call; when that cannot resolve next to this torch, each extra is tried on its own
+and one that needs a newer torch is skipped with a message (its tests skip, naming why). Exit status 1 when the
+package itself cannot be installed or torch changed anyway.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from importlib import metadata
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def torch_version() -> str:
+    """The installed torch's version, read from its metadata (torch itself is not imported)."""
+    return metadata.version("torch")
+
+
+def constraints(version: str) -> list:
+    """The lines of the constraints file for this torch."""
+    lines = [f"torch=={version}"]
+    major_minor = tuple(int(p) for p in version.split("+")[0].split(".")[:2])
+    if major_minor < (2, 3):
+        lines.append("numpy<2")  # torch 2.3 is the first built against numpy 2 (torch.from_numpy fails otherwise)
+    return lines
+
+
+def pip_install(spec: str, constraints_file: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "-c", constraints_file, "-e", spec],
+        cwd=ROOT, capture_output=True, text=True,
+    )
+
+
+def _reason(result: subprocess.CompletedProcess) -> str:
+    lines = [ln.strip() for ln in (result.stderr + result.stdout).splitlines() if ln.strip().startswith("ERROR")]
+    return lines[0] if lines else f"pip exited {result.returncode}"
+
+
+def main(argv: list) -> int:
+    extras = [e for e in (argv[0] if argv else "").split(",") if e]
+    before = torch_version()
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", prefix="ascend_tune-constraints-", delete=False) as fh:
+        fh.write("\n".join(constraints(before)) + "\n")
+        pins = fh.name
+    try:
+        result = pip_install(f".[{','.join(extras)}]" if extras else ".", pins)
+        if result.returncode != 0:
+            sys.stderr.write(result.stdout + result.stderr)
+            print(f"ascend_tune: the extras [{','.join(extras)}] do not install together next to torch {before}; "
+                  "trying each on its own", file=sys.stderr)
+            core = pip_install(".", pins)
+            if core.returncode != 0:
+                sys.stderr.write(core.stdout + core.stderr)
+                return 1
+            for extra in extras:
+                one = pip_install(f".[{extra}]", pins)
+                if one.returncode != 0:
+                    print(f"ascend_tune: skipping the '{extra}' extra: it cannot be installed next to torch {before} "
+                          f"({_reason(one)}); the tests that need it skip", file=sys.stderr)
+    finally:
+        os.unlink(pins)
+    after = torch_version()
+    if after != before:
+        print(f"ascend_tune: torch changed from {before} to {after} during the install", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
