@@ -23,29 +23,27 @@ SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "ddp_train.py")
 ATTEMPTS = 3
 
 
-def _torchrun(out) -> subprocess.CompletedProcess:
+def torchrun(script: str, tmp_path, last_file: str) -> tuple:
+    """``(process, out folder)`` of two gloo ranks running ``script OUT``; a run that torch's gloo teardown aborted
+    after both ranks wrote ``last_file`` (a name with ``{rank}``, the script's last output) is run again."""
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
     env.update(OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo")
-    return subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "--max-restarts=0",
-         "--monitor-interval=0.5", SCRIPT, str(out)],
-        capture_output=True, text=True, timeout=900, env=env,
-    )
-
-
-def _teardown_abort(proc: subprocess.CompletedProcess, out) -> bool:
-    """torch's gloo teardown aborted a rank after the script had done everything (both ranks wrote their file)."""
-    done = all(os.path.exists(os.path.join(out, f"calls_rank{rank}.json")) for rank in (0, 1))
-    aborted = "terminate called without an active exception" in proc.stderr or "SIGABRT" in proc.stderr
-    return proc.returncode != 0 and done and aborted
+    for attempt in range(ATTEMPTS):
+        out = tmp_path / f"attempt{attempt}"
+        proc = subprocess.run(
+            [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+             "--max-restarts=0", "--monitor-interval=0.5", script, str(out)],
+            capture_output=True, text=True, timeout=900, env=env,
+        )
+        done = all((out / last_file.format(rank=rank)).exists() for rank in (0, 1))
+        aborted = "terminate called without an active exception" in proc.stderr or "SIGABRT" in proc.stderr
+        if proc.returncode == 0 or not (done and aborted):
+            break
+    return proc, out
 
 
 def test_torchrun_two_ranks(tmp_path):
-    for attempt in range(ATTEMPTS):
-        out = tmp_path / f"attempt{attempt}"
-        proc = _torchrun(out)
-        if not _teardown_abort(proc, out):
-            break
+    proc, out = torchrun(SCRIPT, tmp_path, "calls_rank{rank}.json")
     assert proc.returncode == 0, proc.stderr[-3000:]
     # one text log, written by rank 0 only: 2 epochs x 8 batches of this rank's half of the data
     assert len(read_log(out)) == 16
@@ -74,13 +72,7 @@ FSDP2_SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "fsdp2_train.p
 def test_fsdp2_two_ranks_dump_local_shards_and_train_unchanged(tmp_path):
     if fsdp2_missing():
         pytest.skip(fsdp2_missing())
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    env["OMP_NUM_THREADS"] = "1"
-    proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", FSDP2_SCRIPT,
-         str(tmp_path)],
-        capture_output=True, text=True, timeout=300, env=env,
-    )
+    proc, tmp_path = torchrun(FSDP2_SCRIPT, tmp_path, "result_rank{rank}.json")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "dump failed" not in proc.stderr and "stopped recording" not in proc.stderr
     dumped = tmp_path / "dumped"

@@ -46,7 +46,7 @@ def train(model, optimizer):
 
 
 def main(out):
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))
+    dist.init_process_group("gloo", timeout=datetime.timedelta(minutes=10))  # a loaded machine is slow, not hung
     rank = dist.get_rank()
     result = {"reference": train(*build())}
     model, optimizer = build()
