@@ -131,14 +131,15 @@ def holds_any(optimizer: Any, param_ids: frozenset) -> bool:
 def graph_leaves(loss: torch.Tensor, limit: int = 100_000) -> list:
     """The leaf tensors (parameters) ``loss`` back-propagates into, found by walking its graph once (up to
     ``limit`` nodes): what a loop trains when no model was given."""
-    leaves, seen, todo = [], set(), [loss.grad_fn]
-    alive = []  # torch 2.1 makes a new Python object per node access: keep each alive so its id stays its own
+    # nodes are told apart by id, so each one met is held until the walk ends (torch 2.1 does not keep a node's
+    # Python object alive, and a new object for another node could get a freed one's id)
+    leaves, seen, todo, held = [], set(), [loss.grad_fn], []
     while todo and len(seen) < limit:
         node = todo.pop()
         if node is None or id(node) in seen:
             continue
         seen.add(id(node))
-        alive.append(node)
+        held.append(node)
         variable = getattr(node, "variable", None)  # AccumulateGrad
         if isinstance(variable, torch.Tensor):
             leaves.append(variable)
