@@ -216,7 +216,12 @@ def test_cli_exit_codes_follow_the_findings(unfused_sgd, foreach_sgd, tmp_path, 
     out = capsys.readouterr().out
     assert "# Trace advice" in out and "[warning] Unfused optimizer" in out
     assert (tmp_path / "a" / "advice.html").exists()
-    assert main(["advise", foreach_sgd, "-o", str(tmp_path / "b")]) == 0
+    # the fused loop has no optimizer finding; timing rules (a slow loader, dispatch) may still fire on a busy
+    # machine, so its exit code is checked against the findings it reports, not assumed 0
+    code = main(["advise", foreach_sgd, "-o", str(tmp_path / "b"), "--json"])
+    findings = [f for t in json.loads(capsys.readouterr().out)["traces"] for f in t["findings"]]
+    assert "unfused-optimizer" not in {f["rule"] for f in findings}
+    assert code == (1 if any(f["severity"] in ("warning", "critical") for f in findings) else 0)
 
 
 def test_cli_json_carries_findings_and_step_parts(unfused_sgd, tmp_path, capsys):
