@@ -45,6 +45,26 @@ def in_internal() -> bool:
     return getattr(_local, "internal", 0) > 0
 
 
+# the code objects of functions that make a torch call on the user's behalf (a recorder's call_api); a function mode
+# beneath such a recorder sees that function as the call's maker, and looks past it to the user's frame
+_ON_BEHALF: set = set()
+
+
+def on_behalf(fn: Callable) -> Callable:
+    """Mark ``fn`` (a recorder's ``call_api``) as running the torch calls it receives for the code that made them:
+    :func:`user_caller` looks past its frames. Recorders stack (a statistics dump beside a replay, the shape
+    detector beside a dump), so the lower one would otherwise name the upper one's frame as the caller."""
+    _ON_BEHALF.add(fn.__code__)
+    return fn
+
+
+def user_caller(frame: Any) -> Any:
+    """``frame``, or the first frame above it that is not an :func:`on_behalf` function's: the call's maker."""
+    while frame is not None and frame.f_code in _ON_BEHALF:
+        frame = frame.f_back
+    return frame
+
+
 def remove_function_mode(mode: Any) -> bool:
     """Remove ``mode`` from torch's function-mode stack wherever it sits, keeping the modes above it in order;
     False when it is not on the stack (torch has set it aside while its handler runs).

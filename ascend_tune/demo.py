@@ -24,6 +24,10 @@ DEMO_PROFILE = {"skip_first": 5, "wait": 1, "warmup": 1, "active": 2, "repeat": 
 
 # The precision dump of the first step in both runs: the alignment page compares them op by op.
 DEMO_DUMP = {"task": "statistics", "level": "mix", "steps": [0]}
+# At most this many synthetic images (12 kB each): one pass at the default steps and batch size.
+DEMO_IMAGES = 3200
+# The target also replays that step: each of its torch calls recomputed on the CPU in float64, the wrong ones named.
+DEMO_REPLAY = {"task": "replay", "steps": [0]}
 
 
 @dataclass(frozen=True)
@@ -44,7 +48,8 @@ def run_demo(
     profile: Any = DEMO_PROFILE,
 ) -> DemoResult:
     """The alignment story on one machine: a float32 reference run, then a target run that computes in bfloat16
-    (autocast on the CPU, as a lower-precision device would), both with the two lines added and step 0 dumped;
+    (autocast on the CPU, as a lower-precision device would), both with the two lines added and step 0 dumped, the
+    target also replaying step 0 on the CPU in float64;
     then one alignment page for the pair (``<out>/alignment.html`` and ``.md``).
 
     Parameters:
@@ -57,8 +62,9 @@ def run_demo(
     """
     reference = os.path.join(out, "reference")
     target = os.path.join(out, "target")
-    _train(reference, steps, batch_size, seed, quiet, profile=False, dtype=None)
-    _train(target, steps, batch_size, seed, quiet, profile=profile or False, dtype=torch.bfloat16)
+    _train(reference, steps, batch_size, seed, quiet, profile=False, dtype=None, precision=DEMO_DUMP)
+    _train(target, steps, batch_size, seed, quiet, profile=profile or False, dtype=torch.bfloat16,
+           precision=[DEMO_DUMP, DEMO_REPLAY])
 
     written = {}
     for label, log_dir in (("reference", reference), ("target", target)):
@@ -78,19 +84,21 @@ def run_demo(
 
 
 def _train(log_dir: str, steps: int, batch_size: int, seed: int, quiet: bool, profile: Any,
-           dtype: Optional[torch.dtype]) -> None:
+           dtype: Optional[torch.dtype], precision: Any) -> None:
     """One training run of the demo CNN; ``dtype``: compute the forward in it (CPU autocast), else float32."""
     torch.manual_seed(seed)
     model = MobileNetV1(num_classes=10, width=0.25)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    dataset = synthetic_images(n=max(batch_size * 8, 256), seed=seed)
+    # noisy enough that the loss stays well above 0 (a memorised set drives it to ~0, where any relative gap is
+    # huge), and about one pass over the data in the default 100 steps
+    dataset = synthetic_images(n=min(max(batch_size * steps, 256), DEMO_IMAGES), noise=1.0, seed=seed)
     loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, drop_last=True,
                         generator=torch.Generator().manual_seed(seed))
     criterion = torch.nn.CrossEntropyLoss()
 
     # The user's loop, unchanged; only the `with` line is added.
     with TrainingMonitor(model, optimizer, loader, log_dir=log_dir, quiet=quiet, profile=profile,
-                         precision=DEMO_DUMP):
+                         precision=precision):
         step = 0
         while step < steps:
             for images, labels in loader:

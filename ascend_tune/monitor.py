@@ -51,8 +51,8 @@ class TrainingMonitor:
         rank: this process's global rank; else ``RANK`` or ``torch.distributed``.
         quiet: print no log lines on stderr (rank 0 prints them otherwise, whatever ``logging`` is set to).
         profile: profiler traces on a schedule (``True``, a dict or a ``ProfileConfig``; ``ASCEND_TUNE_PROFILE``).
-        precision: precision dumps / overflow check at chosen steps (a dict or ``PrecisionConfig``;
-            ``ASCEND_TUNE_DUMP``).
+        precision: precision dumps / overflow check / replay at chosen steps (a dict or ``PrecisionConfig``, or a
+            list of them: several tasks in one run; ``ASCEND_TUNE_DUMP``).
         seed: seed python, numpy and torch (an int) before the first step.
         tune: device-driven tuning (fused optimizer swap, compile mode): ``True``, ``False`` or a dict / ``TuneConfig``.
         shapes: the dynamic-shape detector (``True``, a dict; ``ASCEND_TUNE_SHAPES=1``).

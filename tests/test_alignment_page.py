@@ -18,7 +18,8 @@ from ascend_tune.cli import main
 from ascend_tune.testing.models import TinyMLP, synthetic_classification
 
 SECTIONS = ("Verdict", "Run", "Loss against the baseline", "Throughput", "First divergence (precision dumps)",
-            "Profiler traces and advice", "Tuning", "Dynamic shapes", "Precision dumps")
+            "Profiler traces and advice", "Tuning", "Dynamic shapes", "Precision dumps", "Replay on the CPU in float64")
+DUMP = dict(task="statistics", level="mix", steps=[0])
 
 
 class Page(HTMLParser):
@@ -46,14 +47,14 @@ class Page(HTMLParser):
         self.text.append(data)
 
 
-def run(log_dir, dtype=None, steps=14):
+def run(log_dir, dtype=None, steps=14, precision=DUMP):
     """A tiny run with step 0 dumped; ``dtype``: compute the forward in it (CPU autocast)."""
     torch.manual_seed(0)
     model = TinyMLP()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     x, y = synthetic_classification(n=8 * steps).tensors
     with TrainingMonitor(model, optimizer, log_dir=log_dir, quiet=True, warmup_steps=2, tune=False,
-                         precision=dict(task="statistics", level="mix", steps=[0])):
+                         precision=precision):
         for i in range(steps):
             with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
                 loss = F.cross_entropy(model(x[i * 8:(i + 1) * 8]), y[i * 8:(i + 1) * 8])
@@ -66,7 +67,7 @@ def run(log_dir, dtype=None, steps=14):
 def page(tmp_path_factory):
     root = tmp_path_factory.mktemp("alignment")
     run(root / "reference")
-    run(root / "target", dtype=torch.bfloat16)
+    run(root / "target", dtype=torch.bfloat16, precision=[DUMP, dict(task="replay", steps=[0])])
     out = root / "page.html"
     code = main(["report", str(root / "target"), "--baseline", str(root / "reference"), "-o", str(out)])
     assert code in (0, 1)  # 1: the loss gap is over the threshold
@@ -82,6 +83,9 @@ def test_the_page_has_every_section_and_a_next_step(page):
     assert text.count("Next:") >= 5
     assert "first diverging op: Functional.linear.0.forward" in text  # the first op computed in bfloat16
     assert "reference" in text and "this run is" in text  # the steps/sec table and ratio
+    # the target's replay of the dumped step: every kernel right for its dtype, so the dtype is what parts the runs
+    assert "step 0, rank 0:" in text and "0 suspect(s)" in text
+    assert "no kernel computes wrongly for its dtype" in text and "from Functional.linear.0.forward on" in text
     md = out.with_suffix(".md").read_text()
     assert "## Verdict" in md and "| reference |" in md
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import errno
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -28,13 +29,16 @@ def test_demo_trains_a_reference_and_a_target_and_writes_their_alignment_page(tm
         summary = json.loads((folder / "summary.json").read_text())
         assert summary["steps"] == 12 and summary["steady_steps"] == 2
         assert (folder / "dump" / "step0" / "rank0" / "dump.json").exists()  # step 0 dumped in both runs
+    # the target also replays step 0 on the CPU in float64, beside its dump
+    assert {"replay.csv", "replay.json"} <= set(os.listdir(tmp_path / "target" / "dump" / "step0" / "rank0"))
+    assert not (tmp_path / "reference" / "dump" / "step0" / "rank0" / "replay.json").exists()
     # the target traces two steps and advises on them
     summary = json.loads((tmp_path / "target" / "summary.json").read_text())
     assert summary["profile"]["advice"]["html"] == str(tmp_path / "target" / "profile" / "rank0" / "advice.html")
     page = (tmp_path / "alignment.html").read_text()
     assert page.count("data:image/png;base64,") == 3
     for section in ("Verdict", "Loss against the baseline", "Throughput", "First divergence",
-                    "Profiler traces and advice", "Tuning"):
+                    "Profiler traces and advice", "Tuning", "Replay on the CPU in float64"):
         assert f"<h2>{section}" in page
     # the bfloat16 target parts from the float32 reference at the model's first convolution
     assert "first diverging op: Functional.conv2d.0.forward" in page

@@ -20,7 +20,7 @@ from ..formats.atomic import make_below, make_folder
 from ..formats.dump_layout import step_of_dir
 from ..formats.run_dir import OVERFLOW_JSON, rank_dir_name
 from . import backends
-from .config import ENV_DUMP, PrecisionConfig
+from .config import ENV_DUMP, PrecisionConfig, first_common_step, precision_configs
 
 if TYPE_CHECKING:
     from ..analysis.dumps.overflow import Overflow
@@ -30,25 +30,52 @@ if TYPE_CHECKING:
 logger = logging.getLogger("ascend_tune")
 
 
-def build_callback(value: Any, ctx: RunContext) -> Optional[PrecisionCallback]:
-    """The monitor's factory for ``precision=``: a callback, or None when off (or this rank does not dump).
+def build_callback(value: Any, ctx: RunContext) -> Optional[Callback]:
+    """The monitor's factory for ``precision=``: a :class:`PrecisionCallback`, a :class:`PrecisionSet` when
+    several configs are given, or None when off (or this rank dumps in none of them).
 
-    ``value`` None falls back to ``ASCEND_TUNE_DUMP`` (e.g. ``task=statistics,level=L1,steps=0-2``).
+    ``value`` None falls back to ``ASCEND_TUNE_DUMP`` (e.g. ``task=statistics,level=L1,steps=0-2``; several
+    configs separated by ``;``).
     """
-    config = PrecisionConfig.from_option(value)
-    if config is None:
-        return None
-    config = config.with_first_step(ctx.start_step)
-    if not config.selects_rank(ctx.rank):
-        return None
-    if config.level in ("L0", "mix") and not ctx.models:
-        raise ConfigError(
-            f"precision level {config.level} dumps nn.Module calls and needs the model: pass it as "
-            "TrainingMonitor(model, ...), or use level='L1' (API calls only)"
-        )
-    backend = backends.choose(config, ctx.device.kind)
-    dump_path = config.dump_path or ctx.run_dir.dump_dir
-    return PrecisionCallback(config, backend, dump_path, explicit_path=config.dump_path is not None)
+    parts = []
+    for config in precision_configs(value):
+        config = config.with_first_step(ctx.start_step)
+        if config.level in ("L0", "mix") and not ctx.models:
+            raise ConfigError(
+                f"precision level {config.level} dumps nn.Module calls and needs the model: pass it as "
+                "TrainingMonitor(model, ...), or use level='L1' (API calls only)"
+            )
+        backend = backends.choose(config, ctx.device.kind)
+        dump_path = config.dump_path or ctx.run_dir.dump_dir
+        parts.append(PrecisionCallback(config, backend, dump_path, explicit_path=config.dump_path is not None))
+    _check_together(parts, ctx.start_step)
+    parts = [part for part in parts if part.config.selects_rank(ctx.rank)]
+    if len(parts) > 1:
+        return PrecisionSet(parts)
+    return parts[0] if parts else None
+
+
+def _check_together(parts: list, start: int) -> None:
+    """Several configs may share a step only in the builtin engine (msprobe and ptdbg compute their statistics with
+    torch calls the other engine would record as the model's), and only when they write different files there."""
+    for i, a in enumerate(parts):
+        for j in range(i + 1, len(parts)):
+            b = parts[j]
+            step = first_common_step(a.config, b.config, start)
+            if step is None:
+                continue
+            both = f"precision items {i} ({a.config.task}) and {j} ({b.config.task}) both run at step {step}"
+            other = next((p for p in (a, b) if p.backend_name != "builtin"), None)
+            if other is not None:
+                raise ConfigError(
+                    f"{both}, one through {other.backend_name}, whose statistics are torch calls the other would "
+                    "record as the model's; pass backend='builtin' to both or dump different steps"
+                )
+            if a.dump_path == b.dump_path and (a.config.task == "replay") == (b.config.task == "replay"):
+                raise ConfigError(
+                    f"{both} into {a.dump_path}, and would write the same files; give one a dump_path of its own "
+                    "or dump different steps (a dump and a replay of one step may share it)"
+                )
 
 
 class PrecisionCallback(Callback):
@@ -236,6 +263,45 @@ class PrecisionCallback(Callback):
         ctx.run_dir.set_aside([os.path.relpath(t, ctx.log_dir) for t in taken], "dump")
 
 
+class PrecisionSet(Callback):
+    """Several precision configs in one run (``precision=[...]``), e.g. a statistics dump and a replay of the same
+    step. Each part runs as it would alone and writes its own files; at a step they share, a later part's mode sits
+    above an earlier one's and passes each call down to it, so each sees the user's calls and none sees another's
+    work. Steps begin in the order given and end in the reverse one; summary.json's ``precision`` is the list of the
+    parts' entries."""
+
+    name = "precision"
+
+    def __init__(self, parts: list):
+        self.parts = tuple(parts)
+
+    def on_enter(self, ctx: RunContext, stack: contextlib.ExitStack) -> None:
+        for part in self.parts:
+            part.on_enter(ctx, stack)
+
+    def on_step_begin(self, ctx: RunContext, step: int) -> None:
+        for part in self.parts:
+            part.on_step_begin(ctx, step)
+
+    def on_step_end(self, ctx: RunContext, step: int) -> None:
+        for part in reversed(self.parts):
+            part.on_step_end(ctx, step)
+
+    def on_exit(self, ctx: RunContext, exc_type: Optional[type]) -> None:
+        for part in reversed(self.parts):
+            part.on_exit(ctx, exc_type)
+
+    def summary(self) -> list:
+        return [part.summary() for part in self.parts]
+
+
+def parts_of(feature: Optional[Callback]) -> tuple:
+    """The precision callbacks of the ``precision`` feature (``ctx.feature("precision")``): none, one or several."""
+    if feature is None:
+        return ()
+    return tuple(getattr(feature, "parts", (feature,)))
+
+
 def _overflow_message(first: Overflow, path: str) -> str:
     where = ""
     if first.stack:
@@ -246,4 +312,4 @@ def _overflow_message(first: Overflow, path: str) -> str:
             f"all overflows in {path}")
 
 
-__all__ = ["ENV_DUMP", "PrecisionCallback", "build_callback"]
+__all__ = ["ENV_DUMP", "PrecisionCallback", "PrecisionSet", "build_callback", "parts_of"]

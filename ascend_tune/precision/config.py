@@ -129,6 +129,44 @@ class PrecisionConfig(FeatureConfig):
         return out
 
 
+def precision_configs(value: Any) -> list:
+    """The configs ``precision=`` asks for (none when it is off): one, given as
+    :meth:`~ascend_tune.config.FeatureConfig.from_option` takes it (``None``: ``ASCEND_TUNE_DUMP``'s), or several: a
+    list or tuple of them, or text whose configs are separated by ``;``
+    (``task=statistics,level=mix,steps=0;task=replay,steps=0``)."""
+    source = PrecisionConfig.OPTION
+    if value is None:
+        value, source = os.environ.get(ENV_DUMP, ""), ENV_DUMP
+    if isinstance(value, str):
+        parts = [part for part in value.split(";") if part.strip()] or [value]
+        configs = [PrecisionConfig.from_text(part, source=source) for part in parts]
+    elif isinstance(value, (list, tuple)):
+        configs = [_item(i, item) for i, item in enumerate(value)]
+    else:
+        configs = [PrecisionConfig.from_any(value)]
+    return [config for config in configs if config is not None]
+
+
+def _item(i: int, item: Any) -> Optional[PrecisionConfig]:
+    if item is None or isinstance(item, (list, tuple)):
+        raise ConfigError(f"precision item {i} must be a dict of options, a key=value string or a PrecisionConfig, "
+                          f"got {type(item).__name__}")
+    try:
+        return PrecisionConfig.from_any(item)
+    except ConfigError as exc:
+        raise ConfigError(f"precision item {i}: {exc}") from None
+
+
+def first_common_step(a: PrecisionConfig, b: PrecisionConfig, start: int = 0) -> Optional[int]:
+    """The first step both configs select (``steps=[]``: every step from ``start``, the block's first), or None."""
+    if not a.steps or not b.steps:
+        other = a.steps or b.steps
+        return min(lo for lo, _ in _ranges(other)) if other else start
+    common = [max(lo_a, lo_b) for lo_a, hi_a in _ranges(a.steps) for lo_b, hi_b in _ranges(b.steps)
+              if max(lo_a, lo_b) <= min(hi_a, hi_b)]
+    return min(common) if common else None
+
+
 def _names(name: str, value: Any) -> tuple:
     if value is None:
         return ()

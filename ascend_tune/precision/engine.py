@@ -72,6 +72,7 @@ class ApiMode(TorchFunctionMode):
         self._engine = engine
         self._table = catalog.api_table()
 
+    @capture.on_behalf
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: Optional[dict] = None) -> Any:
         if kwargs is None:
             kwargs = {}
@@ -81,8 +82,9 @@ class ApiMode(TorchFunctionMode):
             api = None
         if api is None or not self._engine.recording or capture.in_internal():
             return func(*args, **kwargs)
-        # frame 1 is the code that made the call when func is C-level (operators are told apart there)
-        return self._engine.call_api(func, api, args, kwargs, sys._getframe(1))
+        # frame 1 is the code that made the call when func is C-level (operators are told apart there), unless it
+        # is a recorder above this mode that runs the call for that code
+        return self._engine.call_api(func, api, args, kwargs, capture.user_caller(sys._getframe(1)))
 
 
 class DumpEngine:
@@ -233,6 +235,7 @@ class DumpEngine:
 
     # --- API calls ------------------------------------------------------------------------------------------------
 
+    @capture.on_behalf
     def call_api(self, func: Any, api: tuple, args: tuple, kwargs: dict, caller: Optional[FrameType]) -> Any:
         """Run one listed API call, recording it when it is selected."""
         if stacks.in_data_loading(caller):  # the loader collating a batch: not part of the step's compute

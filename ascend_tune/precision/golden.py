@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from ..analysis.dumps.replay import Metrics, Standard, standard_for
+from .records import tensors_in
 
 MAX_DEPTH = 16
 CPU = torch.device("cpu")
@@ -166,25 +167,6 @@ class GoldenCopy:
         self._memo[id(tensor)] = copy
         self.tensors.append(copy)
         return copy
-
-
-def tensors_in(value: Any, depth: int = 0) -> list:
-    """The tensors of an argument or result structure, in order (the order :class:`GoldenCopy` copies them in)."""
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if depth > MAX_DEPTH or isinstance(value, _PLAIN):
-        return []
-    if isinstance(value, dict):
-        value = list(value.values())
-    if not isinstance(value, (list, tuple)):
-        return []
-    out = []
-    for item in value:
-        if isinstance(item, torch.Tensor):
-            out.append(item)
-        elif isinstance(item, (list, tuple, dict)):
-            out.extend(tensors_in(item, depth + 1))
-    return out
 
 
 def unique_tensors(value: Any) -> list:

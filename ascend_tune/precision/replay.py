@@ -46,6 +46,7 @@ from ..formats.atomic import make_folder, write_atomic, write_json_atomic
 from ..formats.dump_layout import REPLAY_CSV, REPLAY_JSON
 from . import golden
 from .golden import GoldenCopy, Unreplayable
+from .records import tensors_in
 
 GRAPH_LIMIT = 64  # autograd nodes one call's backward may span before it counts as not this call's alone
 
@@ -64,6 +65,7 @@ class StepReplay:
 
     # --- forward ----------------------------------------------------------------------------------------------
 
+    @capture.on_behalf
     def call(self, name: str, func: Any, args: tuple, kwargs: dict, caller: Optional[FrameType]) -> Any:
         """Run the device's call (its result is what training continues with) and check it against the CPU."""
         reason: Optional[str] = None
@@ -148,18 +150,18 @@ class StepReplay:
 
     def _watch(self, name: str, func: Any, args: tuple, kwargs: dict, out: Any,
                caller: Optional[FrameType]) -> None:
-        outputs = [t for t in golden.tensors_in(out) if t.grad_fn is not None]
+        outputs = [t for t in tensors_in(out) if t.grad_fn is not None]
         if not outputs:
             return
         bw_name = name[: -len("forward")] + "backward"
         root = outputs[0].grad_fn
-        args_list = golden.tensors_in((args, kwargs))
+        args_list = tensors_in((args, kwargs))
         if any(t.grad_fn is root for t in args_list):  # x.float() of a float returns x: not this call's node
             return
         why = None
         if golden.is_inplace(_base(name), kwargs):
             why = "in-place call: its inputs are overwritten, its backward cannot be recomputed"
-        elif len(golden.tensors_in(out)) != 1:
+        elif len(tensors_in(out)) != 1:
             why = "several outputs: their gradients are not replayed"
         boundary: dict = {}
         if why is None:
@@ -209,7 +211,7 @@ class StepReplay:
             self._engine.fail(exc)
 
     def _backward_row(self, watch: _Backward) -> None:
-        args_list = golden.tensors_in((watch.args, watch.kwargs))
+        args_list = tensors_in((watch.args, watch.kwargs))
         indices = sorted({i for slots in watch.boundary.values() for _, i in slots})
         device = [_summed(watch.grads.get(i), args_list[i]) for i in indices]
         first = device[0]
@@ -222,7 +224,7 @@ class StepReplay:
             gargs, gkwargs = copier.call_args(watch.func, watch.args, watch.kwargs)
             leaves = [copier.tensors[i] for i in indices]
             with torch.enable_grad():
-                gold_out = golden.tensors_in(_on_cpu(watch.func, gargs, gkwargs))[0]
+                gold_out = tensors_in(_on_cpu(watch.func, gargs, gkwargs))[0]
                 incoming = watch.incoming.detach().to(device="cpu", dtype=gold_out.dtype)
                 gold = torch.autograd.grad(gold_out, leaves, incoming, allow_unused=True)
             gold = [torch.zeros_like(leaf) if g is None else g.detach() for g, leaf in zip(gold, leaves)]
@@ -241,7 +243,7 @@ class StepReplay:
         """Write replay.csv and replay.json into the step's rank folder; the report the callback logs."""
         for watch in list(self._pending.values()):
             if watch.started:
-                self._skipped(watch.name, golden.tensors_in((watch.args, watch.kwargs))[0],
+                self._skipped(watch.name, tensors_in((watch.args, watch.kwargs))[0],
                               "its backward did not finish within the step")
             watch.release()
         self._pending = {}
@@ -331,9 +333,9 @@ def _cpu_autocast_on() -> bool:
 
 def _results(name: str, kwargs: dict, out: Any, args: tuple) -> list:
     """The tensors to compare: the call's results; for a call returning nothing (``__setitem__``), what it wrote."""
-    tensors = golden.tensors_in(out)
+    tensors = tensors_in(out)
     if not tensors and golden.is_inplace(_base(name), kwargs) and args:
-        tensors = golden.tensors_in(args[0])
+        tensors = tensors_in(args[0])
     return tensors
 
 

@@ -41,7 +41,8 @@ from ..config import FeatureConfig
 from ..errors import ConfigError
 from ..formats.run_dir import SHAPES_CSV
 from ..precision import catalog, stacks
-from ..precision.engine import ApiMode, DumpEngine
+from ..precision.callback import parts_of
+from ..precision.engine import ApiMode
 from ..precision.modules import module_prefixes
 from ..precision.records import tensors_in
 from .shapes_report import ShapeRow, csv_bytes, shape_range, warning_text
@@ -54,7 +55,6 @@ __all__ = ["ENV_SHAPES", "ShapesCallback", "ShapesConfig", "build_shapes_callbac
 ENV_SHAPES = "ASCEND_TUNE_SHAPES"
 logger = logging.getLogger("ascend_tune")
 # the frames of the builtin dump's mode: a call reaches this detector's mode from inside them when both are on
-_ENGINE_CODES = frozenset({ApiMode.__torch_function__.__code__, DumpEngine.call_api.__code__})
 # detectors with something installed; a DataLoader worker forked meanwhile drops what it inherited (below)
 _installed: weakref.WeakSet = weakref.WeakSet()
 
@@ -174,12 +174,11 @@ class ShapesCallback(Callback):
 
     # --- capture (called by ApiMode and the module hook) ------------------------------------------------------------
 
+    @capture.on_behalf
     def call_api(self, func: Any, api: tuple, args: tuple, kwargs: dict, caller: Optional[FrameType]) -> Any:
         """Run one listed API call and keep its shapes (the ``ApiMode`` recorder interface)."""
         if not self.recording:
             return func(*args, **kwargs)
-        while caller is not None and caller.f_code in _ENGINE_CODES:
-            caller = caller.f_back  # reached through the dump's mode: its caller is the op's
         try:
             with capture.internal():
                 stack = _user_stack(caller)
@@ -323,14 +322,12 @@ if hasattr(os, "register_at_fork"):
 
 def _refuse_foreign_dumps(ctx: RunContext, first: int, last: int) -> None:
     """msprobe / ptdbg dumping on a watched step would have their statistics counted as the model's ops."""
-    dump = ctx.feature("precision")  # every feature is built before any on_enter runs
-    if dump is None or dump.backend_name == "builtin":
-        return
-    overlap = [s for s in range(first, last + 1) if dump.config.selects_step(s)]
-    if overlap:
-        shorter = f", or shapes=dict(steps={overlap[0] - first})" if overlap[0] > first else ""
-        raise ConfigError(
-            f"shapes= watches steps {first}-{last} and precision= dumps step {overlap[0]} with the "
-            f"{dump.backend_name} backend, whose statistics would be counted as the model's ops; pass "
-            f"precision=dict(backend='builtin', ...) or dump steps after {last}{shorter}"
-        )
+    for dump in parts_of(ctx.feature("precision")):  # every feature is built before any on_enter runs
+        overlap = [s for s in range(first, last + 1) if dump.config.selects_step(s)]
+        if dump.backend_name != "builtin" and overlap:
+            shorter = f", or shapes=dict(steps={overlap[0] - first})" if overlap[0] > first else ""
+            raise ConfigError(
+                f"shapes= watches steps {first}-{last} and precision= dumps step {overlap[0]} with the "
+                f"{dump.backend_name} backend, whose statistics would be counted as the model's ops; pass "
+                f"precision=dict(backend='builtin', ...) or dump steps after {last}{shorter}"
+            )

@@ -117,10 +117,7 @@ def _sections(report: RunReport, dump_csv: Optional[str] = None) -> list:
     out.append(Section("Run", head + list(report.notes), figures=("loss curve",)))
     if report.comparison is not None:
         c = report.comparison
-        out.append(Section("Loss against the baseline", _comparison_rows(c),
-                           "the loss curves agree; go on to speed" if c.aligned else
-                           "find where the runs part: dump one step in both runs "
-                           "(precision=dict(task='statistics', steps=[0])) and read the first divergence",
+        out.append(Section("Loss against the baseline", _comparison_rows(c), _loss_next(report),
                            figures=("loss curves", "loss gap")))
     out.append(_throughput_section(report, s))
     if report.alignment is not None:
@@ -134,10 +131,29 @@ def _sections(report: RunReport, dump_csv: Optional[str] = None) -> list:
     out.append(Section("Precision dumps", _dump_rows(report),
                        "look at the first op that made the inf/nan, at its line" if report.overflows else ""))
     if report.replays:
-        out.append(Section("Replay on the CPU in float64", _replay_rows(report),
-                           "read the first suspect's line: that call's kernel computes wrongly on this device"
-                           if any(r.suspects for r in report.replays) else ""))
+        out.append(Section("Replay on the CPU in float64", _replay_rows(report), _replay_next(report)))
     return out
+
+
+def _loss_next(report: RunReport) -> str:
+    if report.comparison.aligned:
+        return "the loss curves agree; go on to speed"
+    dumps = report.alignment.dumps if report.alignment is not None else None
+    if dumps is not None and dumps.comparison is not None:
+        return "find where the runs part: read the first divergence of the step both runs dumped, below"
+    return ("find where the runs part: dump one step in both runs (precision=dict(task='statistics', steps=[0])) "
+            "and read the first divergence")
+
+
+def _replay_next(report: RunReport) -> str:
+    if any(r.suspects for r in report.replays):
+        return "read the first suspect's line: that call's kernel computes wrongly on this device"
+    dumps = report.alignment.dumps if report.alignment is not None else None
+    first = dumps.comparison.first if dumps is not None and dumps.comparison is not None else None
+    if first is not None and "dtype " in first.reason:
+        return (f"no kernel computes wrongly for its dtype: the runs part through the dtype this run computes in, "
+                f"from {first.op} on; run those ops in the reference's dtype to see whether the gap closes")
+    return ""
 
 
 def _verdict_next(report: RunReport) -> str:
