@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -11,7 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
-from ascend_tune.testing.models import TinyMLP, synthetic_classification
+from ascend_tune import TrainingMonitor
+from ascend_tune.testing.models import TinyGPT, TinyMLP, synthetic_classification, synthetic_tokens
 
 pytest_plugins = ("pytester",)
 
@@ -27,6 +29,16 @@ def _no_device_override(monkeypatch):
     device.reset_detection()
     yield
     device.reset_detection()
+
+
+@pytest.fixture
+def one_thread():
+    """torch on one thread for the test: tiny ops, where a second thread only adds contention on a shared 2-core
+    machine (use with ``pytestmark = pytest.mark.usefixtures("one_thread")``)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture
@@ -61,3 +73,28 @@ def train(model, optimizer, loader, epochs=1):
             seen.append(loss.detach().clone())
     return seen
 
+
+
+GPT = dict(dim=32, softmax_blocks=1, dropout=0.1)  # block 0 attends through F.softmax, block 1 through SDPA
+
+
+def train_gpt(log_dir, precision=None, steps: int = 1, autocast: bool = False, monitor: bool = True, **gpt) -> list:
+    """A few steps of the tiny GPT (operators, Python-level functions such as F.layer_norm, dropout) with AdamW, as
+    a user writes them, under ``TrainingMonitor(precision=precision)`` unless ``monitor`` is False; ``autocast``:
+    the forward under bf16 CPU autocast. Returns the losses and the parameters."""
+    torch.manual_seed(0)
+    model = TinyGPT(**{**GPT, **gpt})
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    loader = DataLoader(synthetic_tokens(n=4 * steps), batch_size=4)
+    losses = []
+    block = TrainingMonitor(model, optimizer, loader, log_dir=log_dir, quiet=True, tune=False,
+                            precision=precision) if monitor else contextlib.nullcontext()
+    with block:
+        for x, y in loader:
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                loss = model(x, y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.detach().clone())
+    return losses + [p.detach().clone() for p in model.parameters()]

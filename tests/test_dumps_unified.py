@@ -21,13 +21,7 @@ from ascend_tune.analysis.dumps.stacks import parse_stacks
 from ascend_tune.cli import main
 from ascend_tune.testing.models import TinyMLP, synthetic_classification
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 class MaskedThenOverflows(nn.Module):

@@ -19,13 +19,7 @@ from ascend_tune import AscendTuneError, PrecisionConfig, TrainingMonitor
 from ascend_tune.precision import find_dumps, read_dump
 from ascend_tune.testing.models import MobileNetV1, synthetic_classification, synthetic_images
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny ops: a second thread only adds contention on a shared 2-core machine
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 class ImportedRelu(nn.Module):

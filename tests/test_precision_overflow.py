@@ -17,13 +17,7 @@ from ascend_tune import TrainingMonitor
 from ascend_tune.precision import find_overflows
 from ascend_tune.testing.models import TinyMLP, synthetic_classification
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 class Overflows(nn.Module):

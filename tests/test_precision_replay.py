@@ -17,25 +17,19 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import read_jsonl
+from conftest import train_gpt as train
 from torch import nn
-from torch.utils.data import DataLoader
 
 from ascend_tune import AscendTuneError, PrecisionConfig, TrainingMonitor
 from ascend_tune.analysis.dumps.replay import replay_verdict
 from ascend_tune.cli import main
 from ascend_tune.precision import read_dump
-from ascend_tune.testing.models import TinyGPT, synthetic_tokens
 from ascend_tune.testing.torch_features import collectives_in_modes_missing
 
 OFF = 1e-3  # the broken kernels' relative error in float32
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @contextlib.contextmanager
@@ -72,29 +66,6 @@ def softmax_1e3_off(x: torch.Tensor, dim: int, half_to_float: bool) -> torch.Ten
     x64 = x.to(torch.float64)
     e = torch.exp(x64 - x64.amax(dim, keepdim=True))
     return _off_in_float32(e / e.sum(dim, keepdim=True), x.dtype)
-
-
-GPT = dict(dim=32, softmax_blocks=1, dropout=0.1)  # block 0 attends through F.softmax, block 1 through SDPA
-
-
-def train(log_dir, precision=None, steps: int = 1, autocast: bool = False, monitor: bool = True, **gpt) -> list:
-    """A few steps of the tiny GPT with AdamW, as a user writes them; returns the losses and the parameters."""
-    torch.manual_seed(0)
-    model = TinyGPT(**{**GPT, **gpt})
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    loader = DataLoader(synthetic_tokens(n=4 * steps), batch_size=4)
-    losses = []
-    block = TrainingMonitor(model, optimizer, loader, log_dir=log_dir, quiet=True, tune=False,
-                            precision=precision) if monitor else contextlib.nullcontext()
-    with block:
-        for x, y in loader:
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-                loss = model(x, y)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            losses.append(loss.detach().clone())
-    return losses + [p.detach().clone() for p in model.parameters()]
 
 
 def replayed(log_dir, step: int = 0) -> tuple:

@@ -4,50 +4,26 @@ exactly what it computes unmonitored."""
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import json
 import os
 
 import pytest
 import torch
-from torch.utils.data import DataLoader
+from conftest import train_gpt
 
-from ascend_tune import AscendTuneError, TrainingMonitor
+from ascend_tune import AscendTuneError
 from ascend_tune.precision.config import ENV_DUMP, precision_configs
-from ascend_tune.testing.models import TinyGPT, synthetic_tokens
 
 STATISTICS = dict(task="statistics", level="mix", steps=[0])
 REPLAY = dict(task="replay", steps=[0])
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def train(log_dir, precision=None, steps: int = 2, monitor: bool = True) -> list:
-    """The tiny GPT (operators, Python-level functions like F.layer_norm, dropout) under bf16 autocast with AdamW;
-    returns the losses and the parameters."""
-    torch.manual_seed(0)
-    model = TinyGPT(dim=32, softmax_blocks=1, dropout=0.1)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    loader = DataLoader(synthetic_tokens(n=4 * steps), batch_size=4)
-    out = []
-    block = TrainingMonitor(model, optimizer, loader, log_dir=log_dir, quiet=True, tune=False,
-                            precision=precision) if monitor else contextlib.nullcontext()
-    with block:
-        for x, y in loader:
-            with torch.autocast("cpu", dtype=torch.bfloat16):
-                loss = model(x, y)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            out.append(loss.detach().clone())
-    return out + [p.detach().clone() for p in model.parameters()]
+    return train_gpt(log_dir, precision, steps=steps, autocast=True, monitor=monitor)
 
 
 def rank_dir(log_dir, step: int = 0) -> str:
