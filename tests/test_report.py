@@ -63,7 +63,11 @@ def test_report_of_a_run_has_its_plot_and_sections(tmp_path, capsys):
     for section in ("Throughput", "Tuning", "Dynamic shapes", "Profiler traces and advice", "Precision dumps"):
         assert section in text
     assert {f"step-{n}" for n in range(12)} <= page.ids
-    assert "steps/sec: median" in (tmp_path / "a" / "report.md").read_text()
+    md = (tmp_path / "a" / "report.md").read_text()
+    assert "steps/sec: median" in md
+    # every section ends with what to do next; a run on its own is pointed at the reference to compare with
+    assert md.count("\n## ") == md.count("**Next:**") == 6
+    assert "ascend-tune report RUN --baseline REFERENCE" in md
     assert str(tmp_path / "a" / "report.html") in capsys.readouterr().out
 
 
@@ -111,6 +115,9 @@ def test_report_reads_the_runs_summary_and_tuning(tmp_path):
     assert main(["report", str(tmp_path), "--no-advise"]) == 0
     md = (tmp_path / "report.md").read_text()
     assert "optimizer: optimizer=SGD" in md and "device: cpu" in md
+    decision = json.loads((tmp_path / "tuning.json").read_text())["optimizer"]
+    if decision["action"] == "reported":  # the CPU default: the faster variant is named as the next step
+        assert f"SGD steps faster as {decision['would_run']}" in md
 
 
 def test_report_tells_fixed_shapes_from_a_detector_that_was_off(tmp_path):
@@ -123,4 +130,5 @@ def test_report_tells_fixed_shapes_from_a_detector_that_was_off(tmp_path):
             F.cross_entropy(model(x), y).backward()
             optimizer.step()
     assert main(["report", str(tmp_path), "--no-advise"]) == 0
-    assert "no dynamic shapes" in (tmp_path / "report.md").read_text()
+    md = (tmp_path / "report.md").read_text()
+    assert "no dynamic shapes" in md and "no op recompiles for new shapes" in md

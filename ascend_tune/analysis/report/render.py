@@ -1,9 +1,9 @@
 """The run report as text: markdown for terminals and code review, one self-contained HTML page, and writing both.
 
 Sections are built once (:func:`_sections`: rows that may hold ``{step:N}`` markers, an optional table, and one line
-saying what to do next) and rendered twice: as plain ``step N`` in markdown, as links to the HTML page's step table.
-Plots come from :mod:`.plots` as PNG bytes, inlined; the page needs no network and no file beside it, except the
-dump compare's CSV it links to (written beside it).
+saying what to do next, from :mod:`.next_steps`) and rendered twice: as plain ``step N`` in markdown, as links to
+the HTML page's step table. Plots come from :mod:`.plots` as PNG bytes, inlined; the page needs no network and no
+file beside it, except the dump compare's CSV it links to (written beside it).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import numpy as np
 from ...formats.atomic import write_atomic
 from ..logs.compare import LossComparison
 from ..logs.throughput import RunThroughput
+from . import next_steps
 from .alignment import DumpPair, frame_text, verdict_lines
 from .build import RunReport
 from .plots import report_images
@@ -103,7 +104,7 @@ def _sections(report: RunReport, dump_csv: Optional[str] = None) -> list:
     out = []
     if report.alignment is not None:
         out.append(Section("Verdict", list(verdict_lines(report.comparison, report.alignment)),
-                           _verdict_next(report)))
+                           next_steps.verdict(report)))
     device = s.get("device") or {}
     head = [f"{report.log.lines} log lines, steps {_span(report.log.steps)}, read from {report.log.source}"]
     if device:
@@ -114,58 +115,22 @@ def _sections(report: RunReport, dump_csv: Optional[str] = None) -> list:
         head.append(f"{s['skipped_steps']} step(s) skipped by GradScaler (inf/nan gradients)")
     if s.get("interrupted_by"):
         head.append(f"the training block ended with {s['interrupted_by']}")
-    out.append(Section("Run", head + list(report.notes), figures=("loss curve",)))
+    out.append(Section("Run", head + list(report.notes), next_steps.run(report), figures=("loss curve",)))
     if report.comparison is not None:
         c = report.comparison
-        out.append(Section("Loss against the baseline", _comparison_rows(c), _loss_next(report),
+        out.append(Section("Loss against the baseline", _comparison_rows(c), next_steps.loss(report),
                            figures=("loss curves", "loss gap")))
     out.append(_throughput_section(report, s))
     if report.alignment is not None:
-        out.append(_divergence_section(report.alignment.dumps, dump_csv))
-    out.append(Section("Profiler traces and advice", _advice_rows(report), _advice_next(report)))
-    out.append(Section("Tuning", _tuning_rows(report.tuning),
-                       "" if report.tuning else "leave tune on (the default) to record what it would change"))
-    out.append(Section("Dynamic shapes", _shape_rows(report.shapes),
-                       "pad the listed ops' inputs to fixed lengths or buckets" if report.shapes else
-                       "" if report.shapes is not None else "shapes=True lists ops whose shapes change per step"))
-    out.append(Section("Precision dumps", _dump_rows(report),
-                       "look at the first op that made the inf/nan, at its line" if report.overflows else ""))
+        out.append(Section("First divergence (precision dumps)", _divergence_rows(report.alignment.dumps, dump_csv),
+                           next_steps.divergence(report)))
+    out.append(Section("Profiler traces and advice", _advice_rows(report), next_steps.advice(report)))
+    out.append(Section("Tuning", _tuning_rows(report.tuning), next_steps.tuning(report)))
+    out.append(Section("Dynamic shapes", _shape_rows(report.shapes), next_steps.shapes(report)))
+    out.append(Section("Precision dumps", _dump_rows(report), next_steps.dumps(report)))
     if report.replays:
-        out.append(Section("Replay on the CPU in float64", _replay_rows(report), _replay_next(report)))
+        out.append(Section("Replay on the CPU in float64", _replay_rows(report), next_steps.replay(report)))
     return out
-
-
-def _loss_next(report: RunReport) -> str:
-    if report.comparison.aligned:
-        return "the loss curves agree; go on to speed"
-    dumps = report.alignment.dumps if report.alignment is not None else None
-    if dumps is not None and dumps.comparison is not None:
-        return "find where the runs part: read the first divergence of the step both runs dumped, below"
-    return ("find where the runs part: dump one step in both runs (precision=dict(task='statistics', steps=[0])) "
-            "and read the first divergence")
-
-
-def _replay_next(report: RunReport) -> str:
-    if any(r.suspects for r in report.replays):
-        return "read the first suspect's line: that call's kernel computes wrongly on this device"
-    dumps = report.alignment.dumps if report.alignment is not None else None
-    first = dumps.comparison.first if dumps is not None and dumps.comparison is not None else None
-    if first is not None and "dtype " in first.reason:
-        return (f"no kernel computes wrongly for its dtype: the runs part through the dtype this run computes in, "
-                f"from {first.op} on; run those ops in the reference's dtype to see whether the gap closes")
-    return ""
-
-
-def _verdict_next(report: RunReport) -> str:
-    c, a = report.comparison, report.alignment
-    first = a.dumps.comparison.first if a.dumps is not None and a.dumps.comparison is not None else None
-    if c is not None and not c.aligned:
-        if first is not None:
-            return f"the loss is off: start at {first.op}, the first op the dumps disagree on"
-        return "the loss is off: dump one step in both runs to find the first op that differs"
-    if a.speed_ratio is not None and a.speed_ratio < 1:
-        return "the loss agrees and this run is slower: profile it (profile=True) and apply the advisor's findings"
-    return "the two runs agree and this one is as fast: nothing to fix"
 
 
 def _throughput_section(report: RunReport, summary: dict) -> Section:
@@ -177,10 +142,7 @@ def _throughput_section(report: RunReport, summary: dict) -> Section:
         table = (header, [_rate_row("reference", a.throughput), _rate_row("this run", report.throughput)])
         if a.speed_ratio is not None:
             rows.insert(0, f"this run is {a.speed_ratio:.2f}x the reference's median steps/sec")
-    slow = a is not None and a.speed_ratio is not None and a.speed_ratio < 1
-    hint = "profile this run (profile=True) to see where its steps go" if slow and not report.traces else ""
-    return Section("Throughput", rows, hint or ("read the advisor's findings below" if slow else ""), table,
-                   figures=("steps/sec",))
+    return Section("Throughput", rows, next_steps.throughput(report), table, figures=("steps/sec",))
 
 
 def _rate_row(label: str, rates: RunThroughput) -> tuple:
@@ -189,13 +151,11 @@ def _rate_row(label: str, rates: RunThroughput) -> tuple:
     return (label, rates.lines, rates.excluded) + cells
 
 
-def _divergence_section(dumps: Optional[DumpPair], dump_csv: Optional[str]) -> Section:
-    title = "First divergence (precision dumps)"
+def _divergence_rows(dumps: Optional[DumpPair], dump_csv: Optional[str]) -> list:
     if dumps is None:
-        return Section(title, ["neither run has precision dumps"],
-                       "dump the same step in both runs: precision=dict(task='statistics', steps=[0])")
+        return ["neither run has precision dumps"]
     if dumps.comparison is None:
-        return Section(title, [dumps.note], "dump the same step in both runs")
+        return [dumps.note]
     result = dumps.comparison
     rows = [f"step {dumps.step}, rank {dumps.rank}: reference {dumps.base_path}, this run {dumps.target_path}",
             f"{len(result.rows)} rows: {result.count('pass')} pass, {result.count('warning')} warning, "
@@ -205,25 +165,14 @@ def _divergence_section(dumps: Optional[DumpPair], dump_csv: Optional[str]) -> S
         rows.append(f"every row: {{file:{dump_csv}}}")
     first = result.first
     if first is None:
-        return Section(title, rows + ["no op diverges beyond its dtype's tolerance"],
-                       "the dumped step agrees op by op; if the loss still parts, dump a later step")
+        return rows + ["no op diverges beyond its dtype's tolerance"]
     rows.append(f"first diverging op: {first.op} ({first.kind}): {first.reason}")
     if first.parent:
         rows.append(f"inside {first.parent}")
     rows += [f"called at {frame_text(frame)}" for frame in first.stack[:5]] or ["no user frames in the dump"]
     if first.next_op:
         rows.append(f"the next op, whose inputs already differ: {first.next_op}")
-    return Section(title, rows, f"read {first.op} at its first user frame; for tensor-level metrics dump that step "
-                                "with task='tensor' in both runs and run ascend-tune compare-dump")
-
-
-def _advice_next(report: RunReport) -> str:
-    if not report.traces:
-        return "profile=True traces a few steps and runs the advisor on them"
-    worth = [f for f in report.advice.findings if f.severity != "info"] if report.advice is not None else []
-    if worth:
-        return f"apply the fix of the first finding ({worth[0].title}) and measure again"
-    return ""
+    return rows
 
 
 def _throughput_rows(rates: RunThroughput, summary: dict) -> list:
