@@ -8,7 +8,8 @@ Modes are interleaved over repeats; the figure is the best repeat's median step 
 a ratio to the plain loop's, measured in the same process. On the CPU a step's time is the process's CPU time
 (user + system, file writes included), which other processes on a shared machine do not inflate as they inflate
 wall time; on CUDA it is wall time with the device synchronized. "replay" replays every step (steps=[]);
-"statistics" is the builtin statistics dump of the same steps, for scale. Sizes: one replayed step's replay.csv +
+"statistics" is the builtin statistics dump of the same steps, for scale; "statistics + replay" both at every step
+(precision=[...], the demo target's pair). Sizes: one replayed step's replay.csv +
 replay.json against one step dumped with task="tensor", data_mode=["input"] (every API's inputs: what an offline
 replay loads) and with every tensor (data_mode all).
 Two sizes of it: the tests' (dim 32, 8 tokens: ~700 API calls of ~4 us each, where per-call costs rule) and a
@@ -77,8 +78,9 @@ CONFIGS = {"tests": dict(dim=32, block=8), "small": dict(dim=128, block=64)}
 
 
 def run(args: argparse.Namespace) -> None:
-    modes = {"plain": None, "statistics": dict(task="statistics", steps=[], backend="builtin"),
-             "replay": dict(task="replay", steps=[])}
+    statistics_dump = dict(task="statistics", steps=[], backend="builtin")
+    modes = {"plain": None, "statistics": statistics_dump, "replay": dict(task="replay", steps=[]),
+             "statistics + replay": [statistics_dump, dict(task="replay", steps=[])]}
     best = {name: float("inf") for name in modes}
     with tempfile.TemporaryDirectory() as tmp:
         timed_steps(args)  # warm the allocator and kernels once
@@ -99,8 +101,10 @@ def run(args: argparse.Namespace) -> None:
     plain = best["plain"]
     print(f"  TinyGPT dim {args.dim}, block {args.block}, batch {args.batch}, {args.layers} layers ({params} "
           f"parameters): plain step {plain * 1e3:.2f} ms")
-    for name in ("statistics", "replay"):
-        print(f"    {name + ' step':<18} {best[name] / plain:6.2f}x plain   ({best[name] * 1e3:.1f} ms)")
+    for name in ("statistics", "replay", "statistics + replay"):
+        print(f"    {name + ' step':<25} {best[name] / plain:6.2f}x plain   ({best[name] * 1e3:.1f} ms)")
+    extras = best["statistics"] + best["replay"] - 2 * plain  # what each adds to a plain step, summed
+    print(f"    both in one step add {(best['statistics + replay'] - plain) / extras:.2f}x what the two add apart")
     print(f"    replay files      {sizes['replay'] / 1e3:9.1f} kB per step (replay.csv + replay.json)")
     for name in ("tensor inputs", "tensor all"):
         print(f"    {name + ' dump':<18}{sizes[name] / 1e3:9.1f} kB per step   "

@@ -7,12 +7,15 @@ from __future__ import annotations
 import csv
 import json
 import os
+import sys
 
 import pytest
 import torch
 from conftest import train_gpt
 
-from ascend_tune import AscendTuneError
+from ascend_tune import AscendTuneError, PrecisionConfig
+from ascend_tune.precision import backends
+from ascend_tune.precision.backends import msprobe_installed
 from ascend_tune.precision.config import ENV_DUMP, precision_configs
 
 STATISTICS = dict(task="statistics", level="mix", steps=[0])
@@ -108,10 +111,11 @@ def test_two_dumps_of_one_step_in_folders_of_their_own_are_those_of_each_alone(t
     ([dict(task="statistics", steps="0-4"), dict(task="overflow_check", steps=[3])],
      "both run at step 3"),
     ([REPLAY, dict(task="replay", steps=[])], "would write the same files"),
-    ([dict(task="statistics", steps=[0], backend="msprobe"), REPLAY], "one through msprobe"),
+    ([dict(task="statistics", steps=[0], backend="msprobe"), REPLAY], "item 0 (statistics) runs through msprobe"),
+    ([REPLAY, dict(task="statistics", steps=[5], backend="msprobe")], "item 1 (statistics) runs through msprobe"),
     ([STATISTICS, dict(task="statistics", levle="L1")], "precision item 1: "),
     ([STATISTICS, None], "precision item 1 must be a dict of options"),
-], ids=["same-task", "ranges", "two-replays", "msprobe-beside", "typo", "none-item"])
+], ids=["same-task", "ranges", "two-replays", "msprobe-beside", "msprobe-other-step", "typo", "none-item"])
 def test_parts_that_would_collide_are_refused_before_the_first_step(tmp_path, precision, message):
     with pytest.raises(AscendTuneError, match=message.replace("(", r"\(").replace(")", r"\)")):
         train(tmp_path, precision, steps=1)
@@ -130,3 +134,15 @@ def test_the_option_text_and_the_environment_separate_configs_with_semicolons(mo
     with pytest.raises(AscendTuneError, match=f"{ENV_DUMP}='task=replay,level=mix'"):
         monkeypatch.setenv(ENV_DUMP, "task=statistics;task=replay,level=mix")
         precision_configs(None)
+
+
+@pytest.mark.skipif(not msprobe_installed(), reason="mindstudio-probe is not installed: auto has nothing else to pick")
+def test_on_an_npu_auto_picks_the_builtin_engine_for_every_part(tmp_path, fake_npu):
+    # alone, auto takes msprobe on an NPU; beside another part it takes the engine that shares a run
+    assert backends.choose(PrecisionConfig(), "npu") == "msprobe"
+    train(tmp_path, [STATISTICS, REPLAY], steps=1)
+    summary = load(tmp_path / "summary.json")
+    assert summary["device"]["kind"] == "npu"
+    assert [(p["task"], p["backend"], p["steps_dumped"]) for p in summary["precision"]] == [
+        ("statistics", "builtin", [0]), ("replay", "builtin", [0])]
+    assert "msprobe" not in sys.modules

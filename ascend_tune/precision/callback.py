@@ -38,14 +38,17 @@ def build_callback(value: Any, ctx: RunContext) -> Optional[Callback]:
     configs separated by ``;``).
     """
     parts = []
-    for config in precision_configs(value):
+    configs = precision_configs(value)
+    for config in configs:
         config = config.with_first_step(ctx.start_step)
         if config.level in ("L0", "mix") and not ctx.models:
             raise ConfigError(
                 f"precision level {config.level} dumps nn.Module calls and needs the model: pass it as "
                 "TrainingMonitor(model, ...), or use level='L1' (API calls only)"
             )
-        backend = backends.choose(config, ctx.device.kind)
+        # beside other items, auto means the builtin engine (the one that shares a run: _check_together)
+        several = len(configs) > 1 and config.backend == "auto"
+        backend = "builtin" if several else backends.choose(config, ctx.device.kind)
         dump_path = config.dump_path or ctx.run_dir.dump_dir
         parts.append(PrecisionCallback(config, backend, dump_path, explicit_path=config.dump_path is not None))
     _check_together(parts, ctx.start_step)
@@ -56,25 +59,28 @@ def build_callback(value: Any, ctx: RunContext) -> Optional[Callback]:
 
 
 def _check_together(parts: list, start: int) -> None:
-    """Several configs may share a step only in the builtin engine (msprobe and ptdbg compute their statistics with
-    torch calls the other engine would record as the model's), and only when they write different files there."""
+    """Several configs run in the builtin engine only (msprobe and ptdbg patch torch for the rest of the process, keep
+    one config per process, and compute their statistics with torch calls the builtin engine would record as the
+    model's), and two of them may share a step only when they write different files there."""
+    if len(parts) < 2:
+        return
+    for i, part in enumerate(parts):
+        if part.backend_name != "builtin":
+            raise ConfigError(
+                f"precision item {i} ({part.config.task}) runs through {part.backend_name}, which patches torch for "
+                "the whole process and holds one config: it cannot share a run with other precision items; pass "
+                "backend='builtin' to it, or give it alone"
+            )
     for i, a in enumerate(parts):
         for j in range(i + 1, len(parts)):
             b = parts[j]
             step = first_common_step(a.config, b.config, start)
-            if step is None:
-                continue
-            both = f"precision items {i} ({a.config.task}) and {j} ({b.config.task}) both run at step {step}"
-            other = next((p for p in (a, b) if p.backend_name != "builtin"), None)
-            if other is not None:
+            if step is not None and a.dump_path == b.dump_path and (
+                    (a.config.task == "replay") == (b.config.task == "replay")):
                 raise ConfigError(
-                    f"{both}, one through {other.backend_name}, whose statistics are torch calls the other would "
-                    "record as the model's; pass backend='builtin' to both or dump different steps"
-                )
-            if a.dump_path == b.dump_path and (a.config.task == "replay") == (b.config.task == "replay"):
-                raise ConfigError(
-                    f"{both} into {a.dump_path}, and would write the same files; give one a dump_path of its own "
-                    "or dump different steps (a dump and a replay of one step may share it)"
+                    f"precision items {i} ({a.config.task}) and {j} ({b.config.task}) both run at step {step} into "
+                    f"{a.dump_path} and would write the same files; give one a dump_path of its own or dump "
+                    "different steps (a dump and a replay of one step may share it)"
                 )
 
 
