@@ -111,11 +111,14 @@ def test_two_dumps_of_one_step_in_folders_of_their_own_are_those_of_each_alone(t
     ([dict(task="statistics", steps="0-4"), dict(task="overflow_check", steps=[3])],
      "both run at step 3"),
     ([REPLAY, dict(task="replay", steps=[])], "would write the same files"),
+    ([dict(task="overflow_check", steps=[0]), dict(task="overflow_check", steps=[1])],
+     "items 0 and 1 both check for overflows"),
     ([dict(task="statistics", steps=[0], backend="msprobe"), REPLAY], "item 0 (statistics) runs through msprobe"),
     ([REPLAY, dict(task="statistics", steps=[5], backend="msprobe")], "item 1 (statistics) runs through msprobe"),
     ([STATISTICS, dict(task="statistics", levle="L1")], "precision item 1: "),
     ([STATISTICS, None], "precision item 1 must be a dict of options"),
-], ids=["same-task", "ranges", "two-replays", "msprobe-beside", "msprobe-other-step", "typo", "none-item"])
+], ids=["same-task", "ranges", "two-replays", "two-overflow-checks", "msprobe-beside", "msprobe-other-step", "typo",
+        "none-item"])
 def test_parts_that_would_collide_are_refused_before_the_first_step(tmp_path, precision, message):
     with pytest.raises(AscendTuneError, match=message.replace("(", r"\(").replace(")", r"\)")):
         train(tmp_path, precision, steps=1)

@@ -74,6 +74,11 @@ def _check_together(parts: list, start: int) -> None:
     for i, a in enumerate(parts):
         for j in range(i + 1, len(parts)):
             b = parts[j]
+            if a.dump_path == b.dump_path and a.config.task == b.config.task == "overflow_check":
+                raise ConfigError(
+                    f"precision items {i} and {j} both check for overflows into {a.dump_path}, and each writes the "
+                    "run's overflow.json there; give one a dump_path of its own or merge their steps into one item"
+                )
             step = first_common_step(a.config, b.config, start)
             if step is not None and a.dump_path == b.dump_path and (
                     (a.config.task == "replay") == (b.config.task == "replay")):
