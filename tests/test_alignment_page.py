@@ -47,11 +47,11 @@ class Page(HTMLParser):
         self.text.append(data)
 
 
-def run(log_dir, dtype=None, steps=14, precision=DUMP):
+def run(log_dir, dtype=None, steps=14, precision=DUMP, lr=0.05):
     """A tiny run with step 0 dumped; ``dtype``: compute the forward in it (CPU autocast)."""
     torch.manual_seed(0)
     model = TinyMLP()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     x, y = synthetic_classification(n=8 * steps).tensors
     with TrainingMonitor(model, optimizer, log_dir=log_dir, quiet=True, warmup_steps=2, tune=False,
                          precision=precision):
@@ -83,11 +83,24 @@ def test_the_page_has_every_section_and_a_next_step(page):
     assert text.count("Next:") == len(SECTIONS)  # every section ends with what to do next
     assert "first diverging op: Functional.linear.0.forward" in text  # the first op computed in bfloat16
     assert "reference" in text and "this run is" in text  # the steps/sec table and ratio
-    # the target's replay of the dumped step: every kernel right for its dtype, so the dtype is what parts the runs
+    # the target's replay of the dumped step: every kernel right, and the loss agrees: nothing to fix there
     assert "step 0, rank 0:" in text and "0 suspect(s)" in text
-    assert "no kernel computes wrongly for its dtype" in text and "from Functional.linear.0.forward on" in text
+    assert "aligned: mean relative gap" in text and "no kernel computes wrongly at the replayed steps: nothing" in text
     md = out.with_suffix(".md").read_text()
     assert "## Verdict" in md and "| reference |" in md
+
+
+def test_a_loss_gap_that_no_kernel_explains_points_at_the_dtype(page, tmp_path):
+    root, _, _ = page
+    # the target parts from the reference (a 10x learning rate stands for what bf16 does over a long run), and its
+    # replay finds every call right: the page says the dtype is where to look, from the first op computed in it
+    run(tmp_path / "target", dtype=torch.bfloat16, precision=[DUMP, dict(task="replay", steps=[0])], lr=0.5)
+    assert main(["report", str(tmp_path / "target"), "--baseline", str(root / "reference"),
+                 "-o", str(tmp_path / "page.html")]) == 1
+    md = (tmp_path / "page.md").read_text()
+    assert "NOT aligned" in md and "0 suspect(s)" in md
+    assert ("no kernel computes wrongly for its dtype: the runs part through the dtype this run computes in, from "
+            "Functional.linear.0.forward on") in md
 
 
 def test_each_image_decodes_and_each_link_resolves(page):

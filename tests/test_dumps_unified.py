@@ -219,3 +219,33 @@ def test_an_inf_from_the_data_is_named_where_it_first_arrives_and_said_to_come_f
     assert "Functional.linear.0.forward received" in warnings[0]
     code, out, _ = run_cli(capsys, "overflow", tmp_path / "dump" / "step0")
     assert code == 1 and "first inf/NaN: Functional.linear.0.forward" in out and "already hold inf/NaN" in out
+
+
+class Compares(nn.Module):
+    """Comparisons whose bool results (a 0-d one, and a mask with both values) are dumped as true / false."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mask = x > 0  # Max true, Min false
+        out = self.fc(torch.where(mask, x, torch.zeros_like(x)))
+        if (out.abs().max() < 1e9).item():  # a 0-d bool: all four statistics true
+            return out
+        return out * 0
+
+
+@pytest.mark.parametrize("task", ["statistics", "overflow_check"])
+def test_a_comparisons_bool_result_is_no_overflow(tmp_path, capsys, task):
+    # nanoGPT's `if losses['val'] < best_val_loss:` once read as an inf/NaN made by Tensor.__lt__
+    dump = train(tmp_path, Compares, task=task, level="L1", steps=[0])
+    assert not (dump / "rank0" / "overflow.json").exists() or load(dump / "rank0" / "overflow.json")["overflows"] == []
+    if task == "statistics":
+        data = load(dump / "step0" / "rank0" / "dump.json")["data"]
+        results = [data[n]["output"][0] for n in data if n.startswith(("Tensor.__gt__", "Tensor.__lt__"))]
+        assert {(r["dtype"], r["Max"], r["Min"]) for r in results} == {("torch.bool", True, False),
+                                                                     ("torch.bool", True, True)}
+        assert find_overflows(dump) == []
+        code, out, _ = run_cli(capsys, "overflow", dump / "step0")
+        assert code == 0 and "no overflow" in out

@@ -79,8 +79,9 @@ def is_call(name: str) -> bool:
 
 
 def as_float(value: Any) -> float:
-    """A dumped statistic as a float (``"inf"`` / ``"nan"`` strings too); NaN for anything else."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+    """A dumped statistic as a float (``"inf"`` / ``"nan"`` strings too; a bool tensor's ``true`` / ``false`` as 1 /
+    0, so a comparison's result is no inf/NaN); NaN for anything else."""
+    if not isinstance(value, (int, float, str)):  # bool is an int
         return _NAN
     try:
         return float(value)

@@ -121,8 +121,11 @@ def dumps(report: RunReport) -> str:
 def replay(report: RunReport) -> str:
     if any(r.suspects for r in report.replays):
         return "read the first suspect's line: that call's kernel computes wrongly on this device"
+    if report.comparison is None or report.comparison.aligned:
+        return "no kernel computes wrongly at the replayed steps: nothing to fix there"
     first = first_divergence(report)
     if first is not None and "dtype " in first.reason:
         return (f"no kernel computes wrongly for its dtype: the runs part through the dtype this run computes in, "
                 f"from {first.op} on; run those ops in the reference's dtype to see whether the gap closes")
-    return "no kernel computes wrongly at the replayed steps: look for the gap's cause in what the runs do differently"
+    return ("no kernel computes wrongly at the replayed steps: the gap comes from what the runs do differently "
+            "(data, settings, the calls the replay skipped)")
