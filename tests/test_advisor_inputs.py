@@ -120,3 +120,53 @@ def test_advising_does_not_import_torch(tmp_path):
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert proc.stdout.strip().splitlines()[-1] == "0 False"
+
+
+def cuda_item_trace(steps: int = 2, host_reads: int = 32) -> dict:
+    """A CUDA trace as torch.profiler writes it: per step one ``loss.item()`` of a device tensor (its
+    ``_local_scalar_dense`` copies through ``cudaMemcpyAsync`` and waits in ``cudaStreamSynchronize``), and
+    ``host_reads`` ``.item()`` calls on CPU tensors (nanoGPT's ``data[i:i+block_size]`` with ``i`` a CPU index
+    tensor), which reach no runtime call."""
+    events, now = [], 1_000.0
+
+    def x(cat, name, ts, dur, tid=1):
+        events.append({"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur, "args": {}})
+
+    for step in range(steps):
+        start = now
+        x("cpu_op", "aten::linear", now + 1, 20.0)
+        x("cuda_runtime", "cudaLaunchKernel", now + 2, 5.0)
+        x("kernel", "sgemm_kernel", now + 10, 30.0, tid=7)
+        now += 30
+        for _ in range(host_reads):
+            x("cpu_op", "aten::item", now, 3.0)
+            x("cpu_op", "aten::_local_scalar_dense", now + 0.5, 2.0)
+            now += 4
+        x("cpu_op", "aten::item", now, 60.0)
+        x("cpu_op", "aten::_local_scalar_dense", now + 1, 58.0)
+        x("cuda_runtime", "cudaMemcpyAsync", now + 2, 10.0)
+        x("cuda_runtime", "cudaStreamSynchronize", now + 13, 40.0)
+        x("gpu_memcpy", "Memcpy DtoH (Device -> Pinned)", now + 50, 2.0, tid=7)
+        now += 70
+        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step + 5}", "pid": 1, "tid": 1,
+                       "ts": start, "dur": now - start, "args": {}})
+        now += 5
+    return {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA H200"}], "traceEvents": events}
+
+
+def test_on_a_gpu_trace_only_reads_of_device_tensors_are_host_syncs(tmp_path):
+    path = tmp_path / "gpu.pt.trace.json"
+    path.write_text(json.dumps(cuda_item_trace()))
+    (finding,) = [f for f in advise_traces(path).findings if f.rule == "host-sync"]
+    # one sync per step (the device loss), not 33: the CPU index tensors' .item() copy nothing from the device
+    assert "1 host sync per step" in finding.evidence and "(Free on a CPU" not in finding.evidence
+    assert "aten::item ×1.0 per step from ProfilerStep" in finding.evidence  # one site over the steps, not per step
+    # a trace without a runtime layer cannot tell the two apart: every read counts there
+    cpu = tmp_path / "cpu.pt.trace.json"
+    trace = cuda_item_trace()
+    trace["traceEvents"] = [e for e in trace["traceEvents"] if e["cat"] in ("cpu_op", "user_annotation")]
+    trace["deviceProperties"] = []
+    cpu.write_text(json.dumps(trace))
+    (finding,) = [f for f in advise_traces(cpu).findings if f.rule == "host-sync"]
+    assert "33 host syncs per step" in finding.evidence and "aten::item ×33.0 per step from ProfilerStep" in (
+        finding.evidence)

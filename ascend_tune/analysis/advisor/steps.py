@@ -38,6 +38,26 @@ def is_backward(name: str) -> bool:
     return name.startswith("autograd::engine::evaluate_function")
 
 
+_DEVICE_READ = re.compile(r"Memcpy|" + _SYNC_RUNTIME.pattern)
+
+
+def device_reads(trace: Trace) -> Optional[set]:
+    """The host ops that reach the device: those with a runtime copy or synchronize inside them (``aten::item`` of a
+    device tensor: ``_local_scalar_dense`` -> ``cudaMemcpyAsync`` / ``aclrtMemcpy``). ``.item()`` of a host tensor
+    (an index drawn on the CPU, a step counter) has none and waits for nothing. None when the trace has no runtime
+    layer to tell by (a CPU trace, or one recorded without device activities): there every such op counts."""
+    if trace.device == "cpu":
+        return None
+    reads: set = set()
+    runtime = False
+    for index, event in enumerate(trace.events):
+        if event.role == "runtime":
+            runtime = True
+            if _DEVICE_READ.search(event.name):
+                reads.update(trace.host_ancestors(index))
+    return reads if runtime else None
+
+
 def is_sync(trace: Trace, index: int) -> bool:
     """A host op that reads a device value back, or a runtime call that waits for the device."""
     event = trace.events[index]

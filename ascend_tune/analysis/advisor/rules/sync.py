@@ -14,7 +14,7 @@ from collections import defaultdict
 from ....formats.trace_names import read_back_steps
 from ...traces.model import Trace
 from ..findings import Finding, median, step_label, step_windows
-from ..steps import is_dataloader, is_optimizer, is_sync
+from ..steps import device_reads, is_dataloader, is_optimizer, is_sync
 
 MAX_SYNCBN = 20  # msprof-analyze's max_syncbn_num
 SYNC_LAUNCH_RATIO = 0.5  # msprof-analyze's min_co_occurrence_ratio
@@ -24,17 +24,21 @@ MIN_LAUNCHES = 20  # too few launches to judge the ratio
 
 _INTERNAL_FRAME = re.compile(r"(^|[/\\])(torch|site-packages|dist-packages|ascend_tune)[/\\]|^<built-in")
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+_STEP_NUMBER = re.compile(r"(?<=^ProfilerStep)#\d+$")  # one site across steps, not one per ProfilerStep#N
 
 
 def host_syncs(trace: Trace) -> list:
     """``.item()``-style reads and stream synchronizes inside the step; the Python line that made them."""
     sites: dict = defaultdict(lambda: defaultdict(int))  # (what, where) -> step -> count
     monitor_reads: set = set()  # the log intervals of the monitor's own read-backs seen
+    reads = device_reads(trace)
     for step, window in step_windows(trace):
         counted: set = set()
         for index in window:
             if not is_sync(trace, index):
                 continue
+            if reads is not None and trace.events[index].role == "host" and index not in reads:
+                continue  # .item() of a host tensor: no copy from the device, nothing waited for
             names = [trace.events[p].name for p in trace.host_ancestors(index)]
             own = [read_back_steps(name) for name in names if read_back_steps(name) is not None]
             if own:
@@ -100,7 +104,7 @@ def _where(trace: Trace, index: int) -> tuple:
         user = [f for f in frames if not _INTERNAL_FRAME.search(f)]
         inner = frames[: frames.index(user[0])] if user else frames
         return tuple(inner[-1:] + user[:3])
-    chain = [trace.events[p].name for p in trace.host_ancestors(index)]
+    chain = [_STEP_NUMBER.sub("", trace.events[p].name) for p in trace.host_ancestors(index)]
     return tuple([trace.events[index].name] + chain[:3])
 
 
