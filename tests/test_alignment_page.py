@@ -83,6 +83,8 @@ def test_the_page_has_every_section_and_a_next_step(page):
     assert text.count("Next:") == len(SECTIONS)  # every section ends with what to do next
     assert "first diverging op: Functional.linear.0.forward" in text  # the first op computed in bfloat16
     assert "reference" in text and "this run is" in text  # the steps/sec table and ratio
+    assert "the relative gap against the 5% threshold (dashed)" in text  # each plot says how to read it
+    assert "the shaded warm-up is left out of the medians" in text
     # the target's replay of the dumped step: every kernel right, and the loss agrees: nothing to fix there
     assert "step 0, rank 0:" in text and "0 suspect(s)" in text
     assert "aligned: mean relative gap" in text and "no kernel computes wrongly at the replayed steps: nothing" in text

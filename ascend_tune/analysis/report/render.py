@@ -67,10 +67,11 @@ def render_html(report: RunReport, images: dict, dump_csv: Optional[str] = None)
     ]
     sections = _sections(report, dump_csv)
     placed = {caption for sec in sections for caption in sec.figures}
-    parts += [_figure(caption, png) for caption, png in images.items() if caption not in placed]
+    captions = _captions(report)
+    parts += [_figure(key, png, captions) for key, png in images.items() if key not in placed]
     for sec in sections:
         parts.append(f"<h2>{html.escape(sec.title)}</h2>")
-        parts += [_figure(caption, images[caption]) for caption in sec.figures if caption in images]
+        parts += [_figure(key, images[key], captions) for key in sec.figures if key in images]
         parts.append("<ul>")
         parts += [f"<li>{_linked(text)}</li>" for text in sec.rows] or ["<li>nothing recorded</li>"]
         parts.append("</ul>")
@@ -86,10 +87,23 @@ def render_html(report: RunReport, images: dict, dump_csv: Optional[str] = None)
     return "\n".join(parts)
 
 
-def _figure(caption: str, png: bytes) -> str:
+def _figure(key: str, png: bytes, captions: dict) -> str:
     data = base64.b64encode(png).decode("ascii")
-    return (f"<figure><img alt='{html.escape(caption)}' src='data:image/png;base64,{data}'>"
-            f"<figcaption>{html.escape(caption)}</figcaption></figure>")
+    return (f"<figure><img alt='{html.escape(key)}' src='data:image/png;base64,{data}'>"
+            f"<figcaption>{html.escape(captions.get(key, key))}</figcaption></figure>")
+
+
+def _captions(report: RunReport) -> dict:
+    """What each plot shows and how to read it (keyed as :func:`.plots.report_images` keys them)."""
+    threshold = f"{report.comparison.threshold:.0%}" if report.comparison is not None else "5%"
+    return {
+        "loss curve": "The loss of each log line.",
+        "loss curves": "Both runs' loss at each step: where the curves part, the gap below grows.",
+        "loss gap": f"Top: the absolute gap at each step; bottom: the relative gap against the {threshold} "
+                    "threshold (dashed).",
+        "steps/sec": "Steps/sec of each log line: the shaded warm-up is left out of the medians (dashed); single "
+                     "dips are machine noise or profiled steps.",
+    }
 
 
 def _title(report: RunReport) -> str:
