@@ -116,8 +116,11 @@ def test_report_reads_the_runs_summary_and_tuning(tmp_path):
     md = (tmp_path / "report.md").read_text()
     assert "optimizer: optimizer=SGD" in md and "device: cpu" in md
     decision = json.loads((tmp_path / "tuning.json").read_text())["optimizer"]
-    if decision["action"] == "reported":  # the CPU default: the faster variant is named as the next step
-        assert f"SGD steps faster as {decision['would_run']}" in md
+    assert decision["action"] == "reported"  # the CPU default: the faster variant, if any, is the next step
+    if decision["would_run"] != decision["variant"]:
+        assert f"SGD steps faster as {decision['would_run']}" in md and "tune=dict(optimizer='swap')" in md
+    else:  # the loop it runs measured fastest
+        assert "nothing to apply" in md
 
 
 def test_report_tells_fixed_shapes_from_a_detector_that_was_off(tmp_path):

@@ -95,10 +95,13 @@ def tuning(report: RunReport) -> str:
     if not report.tuning:
         return "leave tune on (the default) to record what it would change"
     optimizer = report.tuning.get("optimizer")
-    if isinstance(optimizer, dict) and optimizer.get("would_run") and optimizer.get("action") == "reported":
-        how = str(optimizer.get("reason", "")).split(":")[0]
-        return (f"{optimizer.get('optimizer', 'the optimizer')} steps faster as {optimizer['would_run']} ({how}): "
-                "build it so, or let the monitor switch it with tune=dict(optimizer='swap')")
+    reported = isinstance(optimizer, dict) and optimizer.get("action") == "reported"
+    if reported and optimizer.get("would_run") not in (None, optimizer.get("variant")):
+        reason = str(optimizer.get("reason", ""))
+        mode = "force" if "set explicitly" in reason else "swap"  # a flag the user gave is kept by 'swap'
+        return (f"{optimizer.get('optimizer', 'the optimizer')} steps faster as {optimizer['would_run']} "
+                f"({reason.split(':')[0]}): build it so, or let the monitor switch it with "
+                f"tune=dict(optimizer='{mode}')")
     return "nothing to apply: tune made or recorded every change it found"
 
 
