@@ -10,7 +10,7 @@ from ._version import __version__
 from .errors import AscendTuneError
 
 __all__ = [
-    "AscendTuneError", "DeviceInfo", "PrecisionConfig", "ProfileConfig", "ShapesConfig", "TrainingMonitor",
+    "AscendTuneError", "DeviceInfo", "HealthConfig", "PrecisionConfig", "ProfileConfig", "ShapesConfig", "TrainingMonitor",
     "TuneConfig", "__version__", "detect_device", "seed_all",
 ]
 
@@ -23,6 +23,7 @@ _LAZY = {
     "ProfileConfig": "ascend_tune.profiling",
     "TuneConfig": "ascend_tune.tuning",
     "ShapesConfig": "ascend_tune.tuning.shapes",
+    "HealthConfig": "ascend_tune.health.config",
 }
 
 

@@ -12,6 +12,7 @@ import inspect
 import logging
 import sys
 import threading
+from collections import deque
 from collections.abc import Iterable, Iterator
 from typing import Any, Callable, Optional
 
@@ -341,11 +342,91 @@ class EpochTracker:
         return epoch
 
 
-def iterate_marked(iterator: Iterator, on_batch: Callable[[Any], None]) -> Iterator:
+def iterate_marked(iterator: Iterator, on_batch: Callable[[Any], None],
+                   indices: Optional[BatchIndices] = None) -> Iterator:
     """Yield from ``iterator``, reporting each batch as it is handed to the training loop."""
     for batch in iterator:
+        if indices is not None and indices.on:
+            indices.handed_out()
         on_batch(batch)
         yield batch
+
+
+class BatchIndices:
+    """The sample indices of the batches a wrapped ``DataLoader`` hands out, once a feature :meth:`start`s it.
+
+    The loader's index sampler (its ``batch_sampler``, or its ``sampler`` without automatic batching) is iterated in
+    the main process, in order, also when workers load the batches, and an in-order loader hands the batches out in
+    that order: each index batch the sampler yields is queued, and each batch handed out takes the oldest. The data is
+    untouched (the same sampler, iterated once, as the loader would). Off (the default) it costs nothing; a loader
+    with ``in_order=False`` or without an index sampler (an ``IterableDataset``) gives no indices (None).
+    """
+
+    def __init__(self) -> None:
+        self.on = False
+        self._queue: deque = deque()
+        self._handed: list = []
+
+    def start(self) -> None:
+        """Record from the next pass over the loader on."""
+        self.on = True
+
+    def handed_out(self) -> None:
+        """A batch was handed to the loop: it takes the oldest index batch queued (None when none is)."""
+        self._handed.append(self._queue.popleft() if self._queue else None)
+
+    def take(self) -> list:
+        """The index batches handed out since the last call, in order (an entry None: not known)."""
+        handed, self._handed = self._handed, []
+        return handed
+
+    @property
+    def pending(self) -> int:
+        """Batches handed out since the last :meth:`take`."""
+        return len(self._handed)
+
+    def recording(self, sampler: Any) -> Any:
+        """``sampler`` as the loader's iterators will see it while recording."""
+        return _RecordingSampler(sampler, self._queue)
+
+
+class _RecordingSampler:
+    """An index sampler that queues what it yields (:class:`BatchIndices`)."""
+
+    def __init__(self, sampler: Any, queue: deque):
+        self._sampler = sampler
+        self._queue = queue
+
+    def __iter__(self) -> Iterator:
+        self._queue.clear()  # a new pass: what an earlier one prefetched is not handed out any more
+        for index in self._sampler:
+            self._queue.append(_plain(index))
+            yield index
+
+    def __len__(self) -> int:
+        return len(self._sampler)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sampler, name)
+
+
+def _plain(index: Any) -> Any:
+    """An index or index batch as plain ints where it is made of ints (tensors of indices too), else None."""
+    if isinstance(index, int):
+        return index
+    if isinstance(index, torch.Tensor):
+        return index.tolist()
+    if isinstance(index, (list, tuple)) and all(isinstance(i, int) for i in index):
+        return list(index)
+    return None
+
+
+def _recording_index_sampler(self: Any) -> Any:
+    sampler = super(type(self), self)._index_sampler
+    indices = self.__dict__["_ascend_tune_marks"][3]
+    if indices is None or not indices.on or not getattr(self, "in_order", True):
+        return sampler
+    return indices.recording(sampler)
 
 
 _subclasses: dict = {}
@@ -356,44 +437,45 @@ def wrap_loader(
     loader: Any,
     on_pass: Callable[[int], None],
     on_batch: Callable[[Any], None],
+    indices: Optional[BatchIndices] = None,
 ) -> bool:
     """Wrap one loader instance in place by swapping its class for a subclass; False if it cannot be swapped.
 
     ``DataLoader.__iter__`` is looked up on the type, so patching the instance would not work, and patching
-    ``_BaseDataLoaderIter`` (as ptdbg and msprobe did) would touch every loader in the process.
+    ``_BaseDataLoaderIter`` (as ptdbg and msprobe did) would touch every loader in the process. ``indices``: where
+    the sample indices of the batches go once a feature turns it on (:class:`BatchIndices`).
     """
     original = type(loader)
     if getattr(original, "__ascend_tune_wrapped__", False):
         return True  # already wrapped by an enclosing monitor: that one marks the steps
     if original not in _subclasses:
-        _subclasses[original] = type(
-            original.__name__,
-            (original,),
-            {
-                "__ascend_tune_wrapped__": True,
-                "__iter__": _marked_iter,
-                "__module__": original.__module__,
-                "__qualname__": original.__qualname__,
-            },
-        )
+        attributes = {
+            "__ascend_tune_wrapped__": True,
+            "__iter__": _marked_iter,
+            "__module__": original.__module__,
+            "__qualname__": original.__qualname__,
+        }
+        if isinstance(getattr(original, "_index_sampler", None), property):  # a torch DataLoader
+            attributes["_index_sampler"] = property(_recording_index_sampler)
+        _subclasses[original] = type(original.__name__, (original,), attributes)
     try:
         object.__setattr__(loader, "__class__", _subclasses[original])
     except TypeError:  # builtins (list, tuple) and __slots__ classes cannot change class
         return False
     tracker = EpochTracker()
-    object.__setattr__(loader, "_ascend_tune_marks", (tracker, on_pass, on_batch))
+    object.__setattr__(loader, "_ascend_tune_marks", (tracker, on_pass, on_batch, indices))
     stack.callback(_unwrap, loader, original)
     return True
 
 
 def _marked_iter(self: Any) -> Iterator:
-    tracker, on_pass, on_batch = self.__dict__["_ascend_tune_marks"]
+    tracker, on_pass, on_batch, indices = self.__dict__["_ascend_tune_marks"]
     on_pass(tracker.begin_pass(self))
     # torch names only __next__ in a trace; starting a pass (worker start-up, the sampler's seed read with .item())
     # is loader work too, named the same way so the advisor counts it as the loader's, not as a host sync of the step
     with torch.profiler.record_function(f"enumerate(DataLoader)#{type(self).__name__}.__iter__"):
         iterator = super(type(self), self).__iter__()
-    return iterate_marked(iterator, on_batch)
+    return iterate_marked(iterator, on_batch, indices)
 
 
 def _unwrap(loader: Any, original: type) -> None:

@@ -56,6 +56,8 @@ class TrainingMonitor:
         seed: seed python, numpy and torch (an int) before the first step.
         tune: device-driven tuning (fused optimizer swap, compile mode): ``True``, ``False`` or a dict / ``TuneConfig``.
         shapes: the dynamic-shape detector (``True``, a dict; ``ASCEND_TUNE_SHAPES=1``).
+        health: gradient norm per step, module statistics at chosen steps, spike detection (``True``, a dict or a
+            ``HealthConfig``; ``ASCEND_TUNE_HEALTH=1``).
         tensorboard: also write loss / steps-per-sec / samples-per-sec scalars under ``<log_dir>/tensorboard``
             (``ASCEND_TUNE_TENSORBOARD=1``; needs the ``tensorboard`` extra).
         callbacks: extra :class:`~ascend_tune.callbacks.Callback` objects driven by the step clock.
@@ -81,6 +83,7 @@ class TrainingMonitor:
         seed: Optional[int] = None,
         tune: Any = None,
         shapes: Any = None,
+        health: Any = None,
         tensorboard: Optional[bool] = None,
         callbacks: Optional[Iterable] = None,
         **unknown: Any,
@@ -118,7 +121,8 @@ class TrainingMonitor:
         self.scaler = scaler
         self.accumulate = accumulate
         self.quiet = quiet
-        self.features = {"profile": profile, "precision": precision, "seed": seed, "tune": tune, "shapes": shapes}
+        self.features = {"profile": profile, "precision": precision, "seed": seed, "tune": tune, "shapes": shapes,
+                         "health": health}
         if tensorboard is not None and not isinstance(tensorboard, bool):
             raise ConfigError(f"tensorboard must be True or False, got {tensorboard!r}")
         self.tensorboard = tensorboard
@@ -157,7 +161,7 @@ class TrainingMonitor:
             self._callbacks = CallbackSet(built, self.callbacks, self._events.warn)
             self._callbacks.enter(self._ctx, stack)
             if self.train_loader is not None:
-                if capture.wrap_loader(stack, self.train_loader, self._on_pass, self._on_batch):
+                if capture.wrap_loader(stack, self.train_loader, self._on_pass, self._on_batch, self._batches):
                     self._tracker.count_batches()
                 else:
                     logger.warning(
@@ -300,6 +304,7 @@ class TrainingMonitor:
             accumulate=self.accumulate, samples_per_step=self.samples_per_step,
         )
         self._watch: Optional[OptimizerWatch] = None
+        self._batches = capture.BatchIndices()
         self._scaled: Optional[tuple] = None
         self._reads: list = []
         self._sinks: list = []
@@ -320,7 +325,7 @@ class TrainingMonitor:
             run_dir=self.run_dir, rank=self.rank, world_size=self.world_size, start_step=self.start_step,
             device=self.device, models=self._models,
             optimizer=self.optimizer, events=self._events, features=MappingProxyType(features),
-            outputs=self._outputs,
+            outputs=self._outputs, batches=self._batches,
         )
 
     def _on_step_end(self, step: int) -> None:
@@ -347,15 +352,17 @@ class TrainingMonitor:
 
     def _log_window(self) -> None:
         entries, seconds, samples = self.clock.close_window()
-        read = metrics.read_back(entries, lag=True)
-        self._reads.append((read, seconds, samples, self.epoch))
+        extra, layout = self._callbacks.read_along(self._ctx, entries) if self._callbacks.riders else (None, [])
+        read = metrics.read_back(entries, lag=True, extra=extra)
+        self._reads.append((read, seconds, samples, self.epoch, layout))
         self._drain(force=False)
 
     def _drain(self, force: bool) -> None:
         while self._reads and self._reads[0][0].ready(force):
-            read, seconds, samples, epoch = self._reads.pop(0)
+            read, seconds, samples, epoch, layout = self._reads.pop(0)
             window = metrics.make_window(read.entries, seconds, samples, read.values())
             self.totals.add(window)
+            fields = self._callbacks.window(self._ctx, window, read.extra_values, layout) if layout else None
             if self._sinks:
                 context = {  # what sinks.window_record adds to the window in metrics.jsonl
                     "epoch": epoch,
@@ -364,6 +371,8 @@ class TrainingMonitor:
                     "warmup": self.totals.warmup.holds(window.first_step),
                     "memory_mib": device.peak_memory_mib(self.device.kind) if self.device else None,
                 }
+                if fields:
+                    context.update(fields)
                 for sink in self._sinks:
                     sink.write(window, context)
 
@@ -418,7 +427,7 @@ class TrainingMonitor:
 _OPTIONS = (
     "model", "optimizer", "train_loader", "log_dir", "log_every", "warmup_steps", "start_step",
     "samples_per_step", "scaler", "accumulate", "rank", "quiet", "profile", "precision", "seed", "tune", "shapes",
-    "tensorboard", "callbacks",
+    "health", "tensorboard", "callbacks",
 )
 
 def _check_options(unknown: dict) -> None:

@@ -1,0 +1,77 @@
+"""The spike rule: a value far above a robust rolling baseline of the same series. Pure Python, no torch.
+
+A series (the step loss, the gradient norm) is judged one value at a time, in step order, when the values are read
+back at a log step. The baseline is the median of the last ``window`` finite values; their spread is
+``1.4826 * MAD`` (the median absolute deviation, scaled to a normal distribution's sigma), robust to the spikes
+themselves. A value is a *spike* when
+
+    value > median + threshold * spread   and   value > median * (1 + min_rise)
+
+and at least ``warmup`` finite values came before it (a series' first steps, where the loss falls fast, are never
+judged). The second condition keeps a near-constant series (spread ~ 0) from flagging noise. A non-finite value is
+always an anomaly (rule ``nonfinite``) and never enters the baseline; a spike does (the median ignores it, and a lasting
+new level becomes the baseline within half a window instead of flagging every step).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+from typing import Optional
+
+MAD_TO_SIGMA = 1.4826
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One anomalous value: ``rule`` is ``"spike"`` or ``"nonfinite"``; ``baseline`` the median it was judged
+    against (None before the warm-up), ``spread`` the scaled MAD."""
+
+    value: float
+    rule: str
+    baseline: Optional[float]
+    spread: Optional[float]
+
+    def describe(self, threshold: float, min_rise: float, window: int) -> str:
+        """The rule as a line: what was compared with what."""
+        if self.rule == "nonfinite":
+            return "nonfinite: NaN or infinite"
+        return (f"spike: value > median + {threshold:g} * 1.4826 * MAD and > median * {1 + min_rise:g} "
+                f"(median {self.baseline:.6g}, 1.4826 * MAD {self.spread:.3g}, last {window} values)")
+
+
+class SpikeRule:
+    """The rolling baseline of one series and its verdicts (see the module docstring)."""
+
+    def __init__(self, window: int = 50, warmup: int = 20, threshold: float = 8.0, min_rise: float = 0.5):
+        self.window, self.warmup, self.threshold, self.min_rise = window, warmup, threshold, min_rise
+        self._values: deque = deque(maxlen=window)
+        self._seen = 0
+
+    def judge(self, value: Optional[float]) -> Optional[Verdict]:
+        """The verdict on the next value of the series (None: nothing to say, or no value)."""
+        if value is None:
+            return None
+        if not math.isfinite(value):
+            return Verdict(value, "nonfinite", self.median(), None)
+        verdict = None
+        if self._seen >= self.warmup:
+            median = self.median()
+            spread = MAD_TO_SIGMA * _median([abs(v - median) for v in self._values])
+            if value > median + self.threshold * spread and value > median * (1 + self.min_rise):
+                verdict = Verdict(value, "spike", median, spread)
+        self._values.append(value)
+        self._seen += 1
+        return verdict
+
+    def median(self) -> Optional[float]:
+        """The baseline now (None before the first finite value)."""
+        return _median(list(self._values)) if self._values else None
+
+
+def _median(values: list) -> float:
+    ordered = sorted(values)
+    n = len(ordered)
+    mid = n // 2
+    return ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2
