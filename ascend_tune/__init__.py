@@ -10,8 +10,8 @@ from ._version import __version__
 from .errors import AscendTuneError
 
 __all__ = [
-    "AscendTuneError", "DeviceInfo", "HealthConfig", "PrecisionConfig", "ProfileConfig", "ShapesConfig", "TrainingMonitor",
-    "TuneConfig", "__version__", "detect_device", "seed_all",
+    "AscendTuneError", "DeviceInfo", "HealthConfig", "PrecisionConfig", "ProfileConfig", "ShapesConfig",
+    "TrainingMonitor", "TuneConfig", "__version__", "detect_device", "seed_all",
 ]
 
 _LAZY = {

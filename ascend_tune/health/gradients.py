@@ -115,7 +115,7 @@ def norms_of(optimizer: Any) -> Optional[tuple]:
     for g in grads:
         groups.setdefault((g.device, g.dtype, type(g)), []).append(g)
     norms = []
-    for (_, _, kind), members in groups.items():
+    for members in groups.values():
         if any(g.is_sparse for g in members):
             norms.extend(torch.linalg.vector_norm(g.coalesce().values()) for g in members)
         else:
