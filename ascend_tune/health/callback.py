@@ -192,6 +192,7 @@ class HealthCallback(Callback):
                                                          "backend": "builtin"}, ctx)
                 self._own_dump = True
                 self._dump.on_enter(ctx, self._stack)
+                self._dump.on_step_begin(ctx, self._begun)  # the step under way (dumped from now when it is `step`)
         arm = getattr(self._dump, "dump_step", None)
         if arm is None:
             ctx.warn("health: on_anomaly='dump' needs one precision item (a list of them cannot be armed)")

@@ -46,7 +46,9 @@ class GradNorms:
         if optimizer is not None:
             handle = optimizer.register_step_pre_hook(pre)
         else:
-            handle = torch.optim.optimizer.register_optimizer_step_pre_hook(pre)
+            from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+            handle = register_optimizer_step_pre_hook(pre)
         stack.callback(handle.remove)
         utils = torch.nn.utils
         original = utils.clip_grad_norm_
