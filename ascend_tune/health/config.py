@@ -26,10 +26,10 @@ class HealthConfig(FeatureConfig):
         steps: with ``modules``, these steps (numbers or ``"a-b"`` ranges); None with ``every=0``: the first step.
         targets: module name patterns (``fnmatch``, e.g. ``"transformer.h.*.mlp"``); empty: every module that holds
             parameters of its own.
-        window: steps in the spike rule's rolling baseline (median and MAD).
+        window: steps in the spike rule's rolling baseline (median and MAD of the values' logs, :mod:`.spikes`).
         warmup: values seen before the spike rule judges (none is flagged before).
-        threshold: a spike is ``value > median + threshold * 1.4826 * MAD`` ...
-        min_rise: ... and ``value > median * (1 + min_rise)`` (a flat, noiseless series is not flagged for noise).
+        threshold: a spike is ``log(value) > median + threshold * 1.4826 * MAD`` ...
+        min_rise: ... and ``value > (1 + min_rise) * baseline`` (a flat, noiseless series is not flagged for noise).
         on_anomaly: ``"warn"`` (the warning, the event and anomalies.jsonl), ``"dump"`` (also a statistics dump of
             the next step through the precision feature) or ``"modules"`` (also module statistics of the next steps).
         anomaly_steps: how many steps after an anomaly ``on_anomaly`` covers.
