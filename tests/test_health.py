@@ -335,3 +335,87 @@ def test_the_spike_rule_waits_for_its_warmup_and_ignores_a_flat_series():
     verdict = rule.judge(5.0)
     assert verdict is not None and verdict.rule == "spike" and verdict.baseline == pytest.approx(1.0)
     assert rule.judge(math.inf).rule == "nonfinite"
+
+
+# --- the CLI and the comparison --------------------------------------------------------------------------------------
+
+def test_health_command_prints_the_anomaly_and_the_module_that_jumped_first(tmp_path, capsys):
+    from ascend_tune.cli import main
+
+    k = 60
+    noisy_run(tmp_path / "bad", 80, corrupt=k, modules=True, every=10, on_anomaly="modules")
+    noisy_run(tmp_path / "clean", 40)
+    capsys.readouterr()
+    assert main(["health", str(tmp_path / "bad")]) == 1
+    out = capsys.readouterr().out
+    assert f"the first at step {k} (loss, rank 0)" in out and f"anomaly at step {k}: loss" in out
+    assert f"modules at step {k} (of recorded steps 0, 10," in out and "samples [" in out
+    assert main(["health", str(tmp_path / "clean")]) == 0
+    assert "no anomaly" in capsys.readouterr().out
+    assert main(["health", str(tmp_path / "bad"), "--step", "50", "--json"]) == 1
+    table = json.loads(capsys.readouterr().out)
+    assert table["step"] == 50 and 0.1 < table["modules"][0]["jump"] < 10
+    main(["health", str(tmp_path / "bad"), "--json"])
+    table = json.loads(capsys.readouterr().out)
+    assert table["step"] == k and table["modules"][0]["jump"] > 20  # the gradient before it was clipped
+    assert main(["health", str(tmp_path / "bad"), "--step", "7"]) == 2
+    assert main(["health", str(tmp_path / "nowhere")]) == 2
+    assert "nowhere" in capsys.readouterr().err
+
+
+def perturbed_run(folder, nudge_at: int = -1, steps: int = 40):
+    """The noisy regression; at step ``nudge_at`` the weights get a small nudge (the gradient norm moves at once,
+    the loss, at a minimum, only to second order)."""
+    torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(steps * 64, 4, generator=gen)
+    y = x @ torch.tensor([1.0, -2.0, 0.5, 3.0]) + 0.5 * torch.randn(steps * 64, generator=gen)
+    loader = DataLoader(TensorDataset(x, y), batch_size=64)
+    model = torch.nn.Linear(4, 1)
+    with torch.no_grad():
+        model.weight.copy_(torch.tensor([[1.0, -2.0, 0.5, 3.0]]))
+        model.bias.zero_()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    with TrainingMonitor(model, optimizer, loader, log_dir=folder, quiet=True, health=True):
+        for i, (xb, yb) in enumerate(loader):
+            if i == nudge_at:
+                with torch.no_grad():
+                    model.weight.add_(0.01)
+            loss = F.mse_loss(model(xb).squeeze(1), yb)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+
+
+def test_compare_loss_reports_the_grad_norm_parting_before_the_loss(tmp_path, capsys):
+    from ascend_tune.cli import main
+
+    perturbed_run(tmp_path / "gpu")
+    perturbed_run(tmp_path / "npu", nudge_at=10)
+    capsys.readouterr()
+    code = main(["compare-loss", str(tmp_path / "gpu"), str(tmp_path / "npu"), "--json"])
+    result = json.loads(capsys.readouterr().out)
+    grad = result["grad_norm"]
+    assert grad["compared"] == 40 and 10 <= grad["first_parting_step"] <= 12  # the nudge's step or right after
+    assert result["grad_parts_first"] and result["first_parting_step"] is None
+    assert grad["mean_rel_gap"] > result["mean_rel_gap"]
+    assert code == (0 if result["aligned"] else 1)
+    main(["compare-loss", str(tmp_path / "gpu"), str(tmp_path / "npu")])
+    out = capsys.readouterr().out
+    step = grad["first_parting_step"]
+    assert f"grad norm at step {step}, loss at no step" in out and f"grad norm parts first: look at step {step}" in out
+
+
+def test_compare_loss_reads_the_hf_trainer_grad_norm(tmp_path):
+    from ascend_tune.analysis.logs import compare, read
+
+    state = {"log_history": [{"step": s + 1, "loss": 2.0 - 0.1 * s, "grad_norm": 1.0 + 0.01 * s} for s in range(5)]}
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "trainer_state.json").write_text(json.dumps(state))
+    ours = tmp_path / "ours.jsonl"
+    grads = [(1.0 + 0.01 * s) * (1.5 if s >= 3 else 1) for s in range(5)]  # parts at step 3 (their step 4)
+    ours.write_text("".join(json.dumps({"step": s, "loss": 2.0 - 0.1 * s, "first_step": s, "step_losses":
+                                        [2.0 - 0.1 * s], "step_grad_norms": [grads[s]]}) + "\n" for s in range(5)))
+    result = compare.compare_loss(read.read_log(str(tmp_path / "hf")), read.read_log(str(ours)))
+    assert result.grad.compared == 5 and result.grad.first_parting_step == 3 and result.first_parting_step is None
+    assert result.grad_parts_first

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import torch
 
 from .. import capture
+from ..analysis.health import anomaly_line
 from ..callbacks import Callback, build_feature
 from ..formats.atomic import LineFile, make_folder
 from ..formats.run_dir import ANOMALIES_JSONL, HEALTH_DIR, MODULES_JSONL, rank_dir_name
@@ -208,21 +209,6 @@ class HealthCallback(Callback):
         if dev not in self._nan:
             self._nan[dev] = torch.full((2,), math.nan, device=dev)
         return self._nan[dev]
-
-
-def anomaly_line(record: dict) -> str:
-    """The console line of an anomaly (also what ``ascend-tune health`` prints)."""
-    what = f"{record['metric']} {record['value']:.6g}"
-    if record.get("baseline") is None or record["rule"].startswith("nonfinite"):
-        text = f"step {record['step']}: {what} is not finite"
-    else:
-        text = f"step {record['step']}: {what} spiked over its median {record['baseline']:.6g}"
-    indices = record.get("indices")
-    if indices:
-        flat = [i for batch in indices for i in (batch if isinstance(batch, list) else [batch])]
-        shown = ", ".join(map(str, flat[:16])) + (", ..." if len(flat) > 16 else "")
-        text += f"; the step's batch: samples [{shown}]"
-    return "anomaly at " + text
 
 
 def _with_warn(config: HealthConfig) -> HealthConfig:

@@ -33,10 +33,13 @@ class GradNorms:
         self._clip: Optional[torch.Tensor] = None
         self._parts: list = []  # (total, nonfinite) per optimizer step in this step
         self._nan: dict = {}
+        self._also: Optional[Any] = None
 
     def install(self, stack: contextlib.ExitStack, optimizer: Any, also: Optional[Any] = None) -> None:
         """Watch ``optimizer``'s steps (every optimizer's when None) and ``clip_grad_norm_`` until ``stack`` closes;
-        ``also()`` runs at each optimizer step too (the module statistics' moment)."""
+        ``also()`` runs at each optimizer step and before each clip (the module statistics' moment: the gradients
+        before they are clipped)."""
+        self._also = also
 
         def pre(opt: Any, args: Any, kwargs: Any) -> None:
             self.before_step(opt)
@@ -61,6 +64,11 @@ class GradNorms:
     def _wrap_clip(self, original: Any) -> Any:
         @functools.wraps(original)
         def clip_grad_norm_(*args: Any, **kwargs: Any) -> Any:
+            if self._also is not None:
+                try:
+                    self._also()
+                except Exception:  # our own bookkeeping never reaches the loop
+                    pass
             total = original(*args, **kwargs)
             try:
                 if isinstance(total, torch.Tensor):

@@ -6,7 +6,8 @@ The record (stable; ``ascend-tune health`` reads it):
 "act_absmax", "act_zero_frac", "act_nonfinite"}``
 
 - ``grad_norm`` / ``param_norm``: 2-norms over the module's parameters (its submodules' included), the gradients as
-  the optimizer is about to apply them, the parameters before the step;
+  the optimizer is about to apply them (before ``clip_grad_norm_`` clips them, when the step calls it), the
+  parameters before the step;
 - ``update_ratio``: ``||param after - param before|| / ||param before||`` over the step;
 - ``act_*``: the module's output (its first floating-point tensor) in the step's first call of the module: mean,
   standard deviation, largest absolute value, fraction of exact zeros, count of NaN / infinite elements.
