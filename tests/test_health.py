@@ -419,3 +419,26 @@ def test_compare_loss_reads_the_hf_trainer_grad_norm(tmp_path):
     result = compare.compare_loss(read.read_log(str(tmp_path / "hf")), read.read_log(str(ours)))
     assert result.grad.compared == 5 and result.grad.first_parting_step == 3 and result.first_parting_step is None
     assert result.grad_parts_first
+
+
+# --- FSDP2 ---------------------------------------------------------------------------------------------------------
+
+def test_fsdp2_two_ranks_log_the_global_grad_norm(tmp_path):
+    from test_distributed import torchrun
+
+    from ascend_tune.testing.torch_features import fsdp2_missing
+
+    if fsdp2_missing():
+        pytest.skip(fsdp2_missing())
+    script = str(__import__("pathlib").Path(__file__).parent / "scripts" / "fsdp2_health.py")
+    proc, out = torchrun(script, tmp_path, "health_rank{rank}.json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = [json.loads((out / f"health_rank{rank}.json").read_text()) for rank in (0, 1)]
+    for clip in ("clip0", "clip1"):
+        losses, norms = results[0][clip]
+        assert norms == pytest.approx(results[1][clip][1], rel=1e-6)  # one global norm, seen alike by both ranks
+        for rank in (0, 1):
+            logged = [r["grad_norm"] for r in read_jsonl(out / clip / f"rank{rank}" / "metrics.jsonl")
+                      if "event" not in r]
+            assert logged == pytest.approx(norms, rel=1e-5)
+    assert results[0]["clip1"][0] == results[0]["reference"]  # health changed no loss
