@@ -442,3 +442,16 @@ def test_fsdp2_two_ranks_log_the_global_grad_norm(tmp_path):
                       if "event" not in r]
             assert logged == pytest.approx(norms, rel=1e-5)
     assert results[0]["clip1"][0] == results[0]["reference"]  # health changed no loss
+
+
+def test_report_against_a_baseline_plots_both_runs_grad_norms(tmp_path):
+    pytest.importorskip("matplotlib")
+    from ascend_tune.cli import main
+
+    perturbed_run(tmp_path / "gpu")
+    perturbed_run(tmp_path / "npu", nudge_at=10)
+    out = tmp_path / "page.html"
+    main(["report", str(tmp_path / "npu"), "--baseline", str(tmp_path / "gpu"), "-o", str(out), "--no-advise"])
+    page = out.read_text()
+    assert "gradient norm: mean relative gap" in page and "the gradient norm parts first" in page
+    assert "Both runs&#x27; gradient norm at each step" in page or "Both runs' gradient norm at each step" in page
