@@ -455,3 +455,11 @@ def test_report_against_a_baseline_plots_both_runs_grad_norms(tmp_path):
     page = out.read_text()
     assert "gradient norm: mean relative gap" in page and "the gradient norm parts first" in page
     assert "Both runs&#x27; gradient norm at each step" in page or "Both runs' gradient norm at each step" in page
+
+
+def test_a_series_that_goes_negative_is_judged_on_its_values():
+    rule = SpikeRule(window=20, warmup=5, threshold=8, min_rise=0.5)
+    values = [1.0, 0.5, -0.2, 0.3, -0.1, 0.2, 0.4, -0.3, 0.1, 0.0] * 3
+    assert [rule.judge(v) for v in values] == [None] * len(values)  # no value <= 0 is an anomaly
+    verdict = rule.judge(40.0)
+    assert verdict.rule == "spike" and not verdict.log and "value > median" in verdict.describe(8, 0.5, 20)

@@ -9,9 +9,10 @@ sigma), robust to the spikes themselves. A value is a *spike* when
     log(value) > median + threshold * spread   and   value > exp(median) * (1 + min_rise)
 
 and at least ``warmup`` finite values came before it (a series' first steps, where the loss falls fast, are never
-judged). The second condition keeps a near-constant series (spread ~ 0) from flagging noise. A non-finite value
-(or one <= 0) is always an anomaly (rule ``nonfinite``) and never enters the baseline; a spike does (the median
-ignores it, and a lasting new level becomes the baseline within half a window instead of flagging every step).
+judged). The second condition keeps a near-constant series (spread ~ 0) from flagging noise. A series that reaches a
+value <= 0 (a loss that can be negative) is judged on its values, not their logs, from then on. A non-finite value
+is always an anomaly (rule ``nonfinite``) and never enters the baseline; a spike does (the median ignores it, and a
+lasting new level becomes the baseline within half a window instead of flagging every step).
 
 Defaults (window 50, warm-up 20, threshold 8, min_rise 0.5) measured by ``benchmarks/health_false_alarms.py`` on 18
 clean noisy series (27,600 values): no false alarm (threshold 6: 0.07 per 1000 values; the same rule on the values
@@ -37,13 +38,16 @@ class Verdict:
     rule: str
     baseline: Optional[float]
     spread: Optional[float]
+    log: bool = True
 
     def describe(self, threshold: float, min_rise: float, window: int) -> str:
         """The rule as a line: what was compared with what."""
         if self.rule == "nonfinite":
             return "nonfinite: NaN or infinite"
-        return (f"spike: log(value) > median + {threshold:g} * 1.4826 * MAD of the last {window} log-values and "
-                f"value > {1 + min_rise:g} * median (median {self.baseline:.6g}, log spread {self.spread:.3g})")
+        of = "log-values" if self.log else "values"
+        return (f"spike: {'log(value)' if self.log else 'value'} > median + {threshold:g} * 1.4826 * MAD of the last "
+                f"{window} {of} and value > {1 + min_rise:g} * median (median {self.baseline:.6g}, spread "
+                f"{self.spread:.3g})")
 
 
 class SpikeRule:
@@ -60,16 +64,19 @@ class SpikeRule:
         """The verdict on the next value of the series (None: nothing to say, or no value)."""
         if value is None:
             return None
-        if not math.isfinite(value) or (self.log and value <= 0):
-            return Verdict(value, "nonfinite", self.median(), None)
+        if not math.isfinite(value):
+            return Verdict(value, "nonfinite", self.median(), None, self.log)
+        if self.log and value <= 0:  # a series that can be <= 0 (a GAN's, an ELBO): judged on its values from now on
+            self._values = deque((math.exp(v) for v in self._values), maxlen=self.window)
+            self.log = False
         verdict = None
-        scaled = _log(value)
+        scaled = _log(value) if self.log else value
         if self._seen >= self.warmup:
             center = _median(list(self._values))
             spread = MAD_TO_SIGMA * _median([abs(v - center) for v in self._values])
             median = math.exp(center) if self.log else center
             if scaled > center + self.threshold * spread and value > median * (1 + self.min_rise):
-                verdict = Verdict(value, "spike", median, spread)
+                verdict = Verdict(value, "spike", median, spread, self.log)
         self._values.append(scaled if self.log else value)
         self._seen += 1
         return verdict
