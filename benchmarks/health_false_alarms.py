@@ -29,59 +29,56 @@ def grad_norm(model: torch.nn.Module) -> float:
     return float(torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in model.parameters()])))
 
 
+def series(model: torch.nn.Module, optimizer: torch.optim.Optimizer, steps: int, loss_of) -> tuple:
+    """(losses, gradient norms) of ``steps`` training steps; ``loss_of()`` draws a batch and returns its loss."""
+    losses, norms = [], []
+    for _ in range(steps):
+        loss = loss_of()
+        optimizer.zero_grad()
+        loss.backward()
+        norms.append(grad_norm(model))
+        losses.append(loss.item())
+        optimizer.step()
+    return losses, norms
+
+
 def regression(seed: int, steps: int) -> tuple:
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     model = torch.nn.Linear(8, 1)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
     w = torch.randn(8, generator=gen)
-    losses, norms = [], []
-    for _ in range(steps):
+
+    def loss_of() -> torch.Tensor:
         x = torch.randn(16, 8, generator=gen)
         noise = torch.distributions.StudentT(4.0).sample((16,)) * 0.5  # heavy-tailed label noise
-        loss = F.mse_loss(model(x).squeeze(1), x @ w + noise)
-        opt.zero_grad()
-        loss.backward()
-        norms.append(grad_norm(model))
-        losses.append(loss.item())
-        opt.step()
-    return losses, norms
+        return F.mse_loss(model(x).squeeze(1), x @ w + noise)
+
+    return series(model, torch.optim.SGD(model.parameters(), lr=0.01), steps, loss_of)
 
 
 def classifier(seed: int, steps: int) -> tuple:
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     centers = torch.randn(4, 16, generator=gen)
-    losses, norms = [], []
-    for _ in range(steps):
+
+    def loss_of() -> torch.Tensor:
         y = torch.randint(0, 4, (8,), generator=gen)
-        x = centers[y] + 1.5 * torch.randn(8, 16, generator=gen)
-        loss = F.cross_entropy(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        norms.append(grad_norm(model))
-        losses.append(loss.item())
-        opt.step()
-    return losses, norms
+        return F.cross_entropy(model(centers[y] + 1.5 * torch.randn(8, 16, generator=gen)), y)
+
+    return series(model, torch.optim.Adam(model.parameters(), lr=1e-3), steps, loss_of)
 
 
 def gpt(seed: int, steps: int) -> tuple:
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     model = TinyGPT()
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
-    losses, norms = [], []
-    for _ in range(steps):
+
+    def loss_of() -> torch.Tensor:
         ids = torch.randint(0, 32, (4, 9), generator=gen)
-        loss = model(ids[:, :-1].contiguous(), ids[:, 1:].contiguous())
-        opt.zero_grad()
-        loss.backward()
-        norms.append(grad_norm(model))
-        losses.append(loss.item())
-        opt.step()
-    return losses, norms
+        return model(ids[:, :-1].contiguous(), ids[:, 1:].contiguous())
+
+    return series(model, torch.optim.AdamW(model.parameters(), lr=3e-4), steps, loss_of)
 
 
 def flags(series: list, window: int, warmup: int, threshold: float, min_rise: float, log: bool) -> list:

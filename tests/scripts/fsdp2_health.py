@@ -12,23 +12,9 @@ import sys
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from torch import nn
+from fsdp2_train import STEPS, build  # the same sharded model and optimizer (this folder is on sys.path)
 
 from ascend_tune import TrainingMonitor
-from ascend_tune.testing.torch_features import find_fully_shard
-
-fully_shard = find_fully_shard()
-STEPS = 4
-
-
-def build():
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 4))
-    for layer in model:
-        if isinstance(layer, nn.Linear):
-            fully_shard(layer)
-    fully_shard(model)
-    return model, torch.optim.AdamW(model.parameters(), lr=1e-2)
 
 
 def global_norm(model) -> float:
