@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Optional
 
 import torch
@@ -197,7 +198,7 @@ class HealthCallback(Callback):
         arm = getattr(self._dump, "dump_step", None)
         if arm is None:
             ctx.warn("health: on_anomaly='dump' needs one precision item (a list of them cannot be armed)")
-            self.config = _with_warn(self.config)
+            self.config = replace(self.config, on_anomaly="warn")
             return False
         return bool(arm(step))
 
@@ -209,9 +210,3 @@ class HealthCallback(Callback):
         if dev not in self._nan:
             self._nan[dev] = torch.full((2,), math.nan, device=dev)
         return self._nan[dev]
-
-
-def _with_warn(config: HealthConfig) -> HealthConfig:
-    from dataclasses import replace
-
-    return replace(config, on_anomaly="warn")
