@@ -148,7 +148,8 @@ class CallbackSet:
             try:
                 values = cb.read_along(ctx, entries)
             except Exception as exc:
-                self._drop(cb, "read_along", exc)
+                if not self._drop(cb, "read_along", exc):
+                    raise
                 continue
             if values is not None:
                 parts.append(values.reshape(-1))
