@@ -22,7 +22,7 @@ _LAZY = {
     "seed_all": "ascend_tune.precision.seed",
     "ProfileConfig": "ascend_tune.profiling",
     "TuneConfig": "ascend_tune.tuning",
-    "ShapesConfig": "ascend_tune.tuning.shapes",
+    "ShapesConfig": "ascend_tune.shapes.config",
 }
 
 

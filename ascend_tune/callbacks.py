@@ -56,7 +56,7 @@ FEATURES: dict = {
     "precision": ("ascend_tune.precision.callback", "build_callback"),
     "seed": ("ascend_tune.precision.seed", "build_callback"),
     "tune": ("ascend_tune.tuning", "build_callback"),
-    "shapes": ("ascend_tune.tuning.shapes", "build_shapes_callback"),
+    "shapes": ("ascend_tune.shapes.callback", "build_callback"),
 }
 
 

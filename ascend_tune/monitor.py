@@ -28,6 +28,7 @@ from .errors import ConfigError, check_option_names
 from .formats.atomic import Outputs
 from .formats.run_dir import RunDir
 from .optimizer_watch import OptimizerWatch
+from .recording.frames import internal
 from .sigterm import SigtermHandler
 from .steps import OPTIMIZER, WATCH, ClosedStep, StepTracker
 
@@ -203,7 +204,7 @@ class TrainingMonitor:
         if self._watch is not None:
             self._watch.at_exit()
         self._tracker.commit()
-        with capture.internal():
+        with internal():
             if self.clock.pending_steps and not self._log_broken:
                 self._log_window()
             self._drain(force=True)
@@ -219,7 +220,7 @@ class TrainingMonitor:
         if loss is not None and not isinstance(loss, torch.Tensor):
             loss = torch.tensor(float(loss))
         if loss is not None:
-            with capture.internal():
+            with internal():
                 loss = self._unscaled(loss).detach()
         self._tracker.explicit_step(loss)
 
@@ -252,7 +253,7 @@ class TrainingMonitor:
 
     def _on_backward(self, tensor: torch.Tensor) -> None:
         try:
-            with capture.internal():
+            with internal():
                 loss = (tensor if self._scaled is None else self._unscaled(tensor)).detach()
             if self._watch is not None:
                 self._watch.before_backward(tensor)
@@ -334,7 +335,7 @@ class TrainingMonitor:
         if self._finished or self._log_broken:
             return
         # a SIGTERM waits until the lines are written; our reads are our own work (no dump or detector sees them)
-        with self._outputs, capture.internal():
+        with self._outputs, internal():
             try:
                 if self._reads:
                     self._drain(force=True)  # a read started at the previous log step is due now

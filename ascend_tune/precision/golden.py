@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from ..analysis.dumps.replay import Metrics, Standard, standard_for
-from .records import tensors_in
+from ..recording.tensors import tensors_in
 
 MAX_DEPTH = 16
 CPU = torch.device("cpu")

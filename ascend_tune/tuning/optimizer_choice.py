@@ -20,7 +20,8 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from .. import capture, device
+from .. import device
+from ..recording.frames import internal
 
 FOR_LOOP, FOREACH, FUSED = "for-loop", "foreach", "fused"
 VARIANT_FLAGS = {
@@ -385,7 +386,7 @@ def _probe(optimizer: torch.optim.Optimizer, flags: dict) -> Optional[str]:
         kinds = {(p.dtype, p.device): p for p in group["params"]}
         params_by_group.append([_probe_tensor(p) for p in kinds.values()])
     try:
-        with capture.internal():
+        with internal():
             _unhooked_step(_build_like(optimizer, params_by_group, flags))()
     except Exception as exc:  # torch raises RuntimeError / ValueError / TypeError for unsupported combinations
         return f"{type(exc).__name__}: {exc}".splitlines()[0]
@@ -413,7 +414,7 @@ def _measure(optimizer: torch.optim.Optimizer, variants: list, keys: list) -> tu
     share = MEASURE_BUDGET_S / len(variants)
     kind = clones[0][0].device.type if clones and clones[0] else "cpu"
     sync = (lambda: device.synchronize(kind)) if kind != "cpu" else (lambda: None)  # before training: allowed
-    with capture.internal():
+    with internal():
         for variant in variants:
             flags = {k: v for k, v in VARIANT_FLAGS[variant].items() if k in keys}
             try:
