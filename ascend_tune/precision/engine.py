@@ -40,9 +40,8 @@ from ..formats.run_dir import rank_dir_name
 from ..recording import catalog, stacks
 from ..recording import compile as compiling
 from ..recording.frames import internal, on_behalf
-from ..recording.mode import ModeRemoval
 from ..recording.modules import backward_name
-from ..recording.subscribe import subscribe
+from ..recording.subscribe import retry_removal, subscribe
 from ..recording.tensors import tensors_in
 from . import arguments
 from .config import PrecisionConfig
@@ -100,13 +99,12 @@ class DumpEngine:
         self.ran_eager = False  # the last started step ran torch.compile'd code eagerly
         self._undo: Optional[contextlib.ExitStack] = None
         self._writer: Optional[StepWriter] = None
-        self._mode_removal = ModeRemoval()
 
     # --- lifecycle ---------------------------------------------------------------------------------------------
 
     def start(self, step: int) -> None:
         """Install the mode and hooks and open the step's journal."""
-        self._mode_removal.retry()  # a previous step's mode torch had set aside when that step ended
+        retry_removal()  # a previous step's mode torch had set aside when that step ended
         self.step = step
         # below the dump root only: a run folder deleted under the run is not made again
         self.rank_dir = make_below(self.dump_path, step_dir_name(step), rank_dir_name(self.rank))
@@ -128,7 +126,7 @@ class DumpEngine:
             if self._modules is not None:
                 self._modules.install(undo, per_module=compiled or compiling.compile_in_use(tuple(self._models)))
             if self._api_level:
-                subscribe(undo, self, self._mode_removal)
+                subscribe(undo, self)
         except BaseException:
             undo.close()
             raise
@@ -142,7 +140,7 @@ class DumpEngine:
         undo, self._undo = self._undo, None
         if undo is not None:
             undo.close()
-        self._mode_removal.retry()
+        retry_removal()
         for handle in self.handles:
             handle.remove()
         self.handles = []
@@ -211,22 +209,24 @@ class DumpEngine:
     # --- API calls ------------------------------------------------------------------------------------------------
 
     @on_behalf
-    def call_api(self, func: Any, api: tuple, args: tuple, kwargs: dict, caller: Optional[FrameType]) -> Any:
-        """Run one listed API call, recording it when it is selected."""
+    def call_api(self, func: Any, api: tuple, args: tuple, kwargs: dict, caller: Optional[FrameType],
+                 run: Callable) -> Any:
+        """Run one listed API call (``run``: the recording layer's :class:`~..recording.subscribe.Subscriber`),
+        recording it when it is selected."""
         if stacks.in_data_loading(caller):  # the loader collating a batch: not part of the step's compute
-            return func(*args, **kwargs)
+            return run(*args, **kwargs)
         base = catalog.base_name(api, caller)
         count = self.counts.get(base, 0)
         self.counts[base] = count + 1
         name = f"{base}.{count}.forward"
         if not self.begin(name):
             try:
-                return func(*args, **kwargs)
+                return run(*args, **kwargs)
             finally:
                 self.end(name)
         if self.replay is not None:  # task="replay": checked against the CPU in float64, not dumped
             try:
-                return self.replay.call(name, func, args, kwargs, caller)
+                return self.replay.call(name, func, args, kwargs, caller, run)
             finally:
                 self.end(name)
         part = None
@@ -238,7 +238,7 @@ class DumpEngine:
         except Exception as exc:
             self.fail(exc)
         try:
-            out = func(*args, **kwargs)
+            out = run(*args, **kwargs)
         finally:
             self.end(name)
         if part is not None and self.recording:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import os
 from types import FrameType
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -71,8 +71,10 @@ class StepReplay:
     # --- forward ----------------------------------------------------------------------------------------------
 
     @on_behalf
-    def call(self, name: str, func: Any, args: tuple, kwargs: dict, caller: Optional[FrameType]) -> Any:
-        """Run the device's call (its result is what training continues with) and check it against the CPU."""
+    def call(self, name: str, func: Any, args: tuple, kwargs: dict, caller: Optional[FrameType],
+             run: Callable) -> Any:
+        """Run the device's call with ``run`` (its result is what training continues with) and check ``func``
+        against the CPU."""
         reason: Optional[str] = None
         copies: Optional[tuple] = None
         try:
@@ -84,7 +86,7 @@ class StepReplay:
             reason = str(exc)
         except Exception as exc:
             reason = f"the CPU replay failed: {_error_text(exc)}"
-        out = func(*args, **kwargs)
+        out = run(*args, **kwargs)
         try:
             with internal(), torch._C.DisableTorchFunction():
                 if self._forward:

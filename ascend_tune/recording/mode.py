@@ -19,16 +19,20 @@ from .frames import in_internal, on_behalf, user_caller
 
 
 class ApiMode(TorchFunctionMode):
-    """Routes listed torch API calls to a subscriber; everything else runs untouched.
+    """Routes listed torch API calls to the subscribers of one :class:`~.subscribe.Interception`; everything else
+    runs untouched.
 
-    The subscriber is anything with a ``recording`` flag and ``call_api(func, api, args, kwargs, caller)`` that
-    runs the call and returns its result (:class:`~.subscribe.Subscriber`).
+    A subscriber is anything with a ``recording`` flag and ``call_api(func, api, args, kwargs, caller, run)``
+    (:class:`~.subscribe.Subscriber`): it runs the call with ``run(*args, **kwargs)``, which hands it to the next
+    subscriber (the last one runs ``func``), and returns its result. ``live`` goes False when the mode is taken off
+    (torch may still hold it aside, running a handler): from then on it passes every call through.
     """
 
-    def __init__(self, subscriber: Any):
+    def __init__(self, interception: Any):
         super().__init__()
-        self._subscriber = subscriber
+        self._interception = interception
         self._table = catalog.api_table()
+        self.live = True
 
     @on_behalf
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: Optional[dict] = None) -> Any:
@@ -38,11 +42,34 @@ class ApiMode(TorchFunctionMode):
             api = self._table.get(func)
         except TypeError:
             api = None
-        if api is None or not self._subscriber.recording or in_internal():
+        if api is None or not self.live or in_internal():
             return func(*args, **kwargs)
         # frame 1 is the code that made the call when func is C-level (operators are told apart there), unless it
-        # is a subscriber above this mode that runs the call for that code
-        return self._subscriber.call_api(func, api, args, kwargs, user_caller(sys._getframe(1)))
+        # is a subscriber of a mode above this one that runs the call for that code
+        subscribers = self._interception.subscribers
+        if len(subscribers) == 1:  # the common case, without the chain
+            first = subscribers[0]
+            if not first.recording:
+                return func(*args, **kwargs)
+            return first.call_api(func, api, args, kwargs, user_caller(sys._getframe(1)), func)
+        return dispatch(subscribers, 0, func, api, args, kwargs, user_caller(sys._getframe(1)))
+
+
+def dispatch(subscribers: tuple, index: int, func: Any, api: tuple, args: tuple, kwargs: dict, caller: Any) -> Any:
+    """Hand the call to the first subscriber from ``index`` on that is recording; its ``run`` hands it to the next
+    (as a mode below would see the call a subscriber above runs), the last one runs ``func``."""
+    while index < len(subscribers) and not subscribers[index].recording:
+        index += 1
+    if index == len(subscribers):
+        return func(*args, **kwargs)
+
+    def run(*run_args: Any, **run_kwargs: Any) -> Any:
+        if in_internal():
+            return func(*run_args, **run_kwargs)
+        return dispatch(subscribers, index + 1, func, api, run_args, run_kwargs, caller)
+
+    last = index == len(subscribers) - 1
+    return subscribers[index].call_api(func, api, args, kwargs, caller, func if last else run)
 
 
 def remove_function_mode(mode: Any) -> bool:

@@ -2,10 +2,10 @@
 
 On an NPU an operator is compiled for the shapes it is called with (online compilation, ``jit_compile=True``), so
 an op whose shapes keep changing recompiles step after step. Over the block's first ``steps`` steps (default 20)
-the detector sees every listed torch API call and every submodule call of the model through the precision engine's
-capture (its ``ApiMode``, API catalog and names, user call stacks and module names) and keeps each call's input and
-output tensor shapes. Then it removes everything it installed, so the steps after run with nothing hooked, and
-writes ``shapes.csv`` (:mod:`ascend_tune.formats.shapes_csv`).
+the detector sees every listed torch API call and every submodule call of the model through the recording layer
+(:mod:`ascend_tune.recording`: its mode, API catalog and names, user call stacks and module names) and keeps each
+call's input and output tensor shapes. Then it removes everything it installed, so the steps after run with nothing
+hooked, and writes ``shapes.csv`` (:mod:`ascend_tune.formats.shapes_csv`).
 
 - An op is one row across steps: its name without the per-step call counter plus its user call stack, so the same
   op called from the same place with different shapes is one row with a range.
@@ -14,13 +14,13 @@ writes ``shapes.csv`` (:mod:`ascend_tune.formats.shapes_csv`).
   signatures, but the same ones every step: an NPU compiles each once, so it is no dynamic op.
 - Only dynamic ops are written, as the NPU toolkit's report lists only those; a run with fixed shapes writes the
   header alone. A warning (``ctx.warn``) names them with the fix.
-- The monitor's own tensor work (``frames.internal()``) and the loader fetching and collating a batch (a user
+- The monitor's own tensor work (``recording.frames.internal()``) and the loader fetching and collating a batch (a user
   ``collate_fn`` included) are not recorded.
 - Under ``torch.compile`` (a compiled model, or compiled code run, when a watched step begins) the watched steps run
   eager (``torch.compiler.set_stance("force_eager")``) so dynamo never traces the detector, and there is no global
   module hook (it would make every ``OptimizedModule`` call warn): the report lists API calls only.
-- With ``precision=`` on the same steps: the builtin dump runs alongside (its mode sits above this one and records
-  its statistics as internal work); msprobe and ptdbg compute their statistics with ordinary torch calls this
+- With ``precision=`` on the same steps: the builtin dump runs alongside (it sees each call first, through the same
+  mode, and records its statistics as internal work); msprobe and ptdbg compute their statistics with ordinary torch calls this
   detector would count as the model's, so that combination is refused.
 """
 
@@ -32,7 +32,7 @@ import os
 import sys
 import weakref
 from types import FrameType
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from ..callbacks import Callback
 from ..formats.run_dir import SHAPES_CSV
@@ -40,8 +40,8 @@ from ..formats.shapes_csv import ShapeRow, csv_bytes, shape_range, warning_text
 from ..recording import catalog
 from ..recording.compile import compile_in_use, run_eager
 from ..recording.frames import in_internal, internal, on_behalf
-from ..recording.mode import ApiMode, ModeRemoval
 from ..recording.modules import global_forward_hook, module_prefixes
+from ..recording.subscribe import removal_pending, retry_removal, subscribe
 from ..recording.tensors import tensors_in
 from .config import ShapesConfig
 from .watch import Op, refuse_foreign_dumps, shapes_of, user_stack
@@ -78,10 +78,8 @@ class ShapesCallback(Callback):
         self.config = config
         self.recording = False
         self._undo: Optional[contextlib.ExitStack] = None
-        self._mode: Optional[ApiMode] = None
         self._module_hook: Any = None
         self._eager = False  # compiled code runs eagerly while the detector watches
-        self._removal = ModeRemoval()  # takes the mode off, later if torch holds it aside (see _take_off)
         self._finished = False
         self._ops: dict = {}
         self._names: dict = {}
@@ -95,7 +93,8 @@ class ShapesCallback(Callback):
     # --- the step clock -------------------------------------------------------------------------------------------
 
     def on_enter(self, ctx: RunContext, stack: contextlib.ExitStack) -> None:
-        """Install the mode and module hook now, before any dump's mode, so the dump's sits above it."""
+        """Subscribe now, before any dump, so a dump subscribed later sees each call first (as it did when each had
+        its own mode, the dump's above)."""
         self._ctx = ctx
         self._first = ctx.start_step
         self._last = ctx.start_step + self.config.steps - 1
@@ -108,8 +107,7 @@ class ShapesCallback(Callback):
         if self._names and not compile_in_use(ctx.models):
             self._module_hook = global_forward_hook(self._on_module)
             undo.callback(self._module_hook.remove)
-        self._mode = ApiMode(self)
-        self._mode.__enter__()
+        subscribe(undo, self)
         _installed.add(self)
 
     def on_step_begin(self, ctx: RunContext, step: int) -> None:
@@ -133,13 +131,14 @@ class ShapesCallback(Callback):
         return {"steps": steps, "ops": len(self._ops), "dynamic": self._dynamic, "path": self._path,
                 "error": self._error}
 
-    # --- capture (called by ApiMode and the module hook) ------------------------------------------------------------
+    # --- recording (called by the recording layer's mode and the module hook) ------------------------------------
 
     @on_behalf
-    def call_api(self, func: Any, api: tuple, args: tuple, kwargs: dict, caller: Optional[FrameType]) -> Any:
-        """Run one listed API call and keep its shapes (the ``ApiMode`` recorder interface)."""
+    def call_api(self, func: Any, api: tuple, args: tuple, kwargs: dict, caller: Optional[FrameType],
+                 run: Callable) -> Any:
+        """Run one listed API call and keep its shapes (a :class:`~..recording.subscribe.Subscriber`)."""
         if not self.recording:
-            return func(*args, **kwargs)
+            return run(*args, **kwargs)
         try:
             with internal():
                 stack = user_stack(caller)
@@ -150,8 +149,8 @@ class ShapesCallback(Callback):
             self._fail(exc)
             stack = None
         if stack is None:
-            return func(*args, **kwargs)
-        out = func(*args, **kwargs)
+            return run(*args, **kwargs)
+        out = run(*args, **kwargs)
         if self.recording:
             try:
                 with internal():
@@ -205,14 +204,10 @@ class ShapesCallback(Callback):
         self._take_off()
 
     def _take_off(self) -> None:
-        """Take the mode off torch's function-mode stack, now or at the first chance (``recording.mode.ModeRemoval``):
-        a step that ends inside ``loss.backward()`` (no optimizer) runs while torch holds the mode aside."""
-        if self._mode is not None:
-            self._removal.remove(self._mode)
-            self._mode = None
-        else:
-            self._removal.retry()
-        if not self._removal.pending:
+        """Take the mode off torch's function-mode stack, now or at the first chance (``recording.subscribe``): a
+        step that ends inside ``loss.backward()`` (no optimizer) runs while torch holds the mode aside."""
+        retry_removal()
+        if not removal_pending():
             _installed.discard(self)
 
     def _finish(self) -> None:
