@@ -20,8 +20,8 @@ hooked, and writes ``shapes.csv`` (:mod:`ascend_tune.formats.shapes_csv`).
   eager (``torch.compiler.set_stance("force_eager")``) so dynamo never traces the detector, and there is no global
   module hook (it would make every ``OptimizedModule`` call warn): the report lists API calls only.
 - With ``precision=`` on the same steps: the builtin dump runs alongside (it sees each call first, through the same
-  mode, and records its statistics as internal work); msprobe and ptdbg compute their statistics with ordinary torch calls this
-  detector would count as the model's, so that combination is refused.
+  mode, and records its statistics as internal work); msprobe and ptdbg compute their statistics with ordinary
+  torch calls this detector would count as the model's, so that combination is refused.
 """
 
 from __future__ import annotations
