@@ -56,20 +56,22 @@ class Callback:
         return None
 
 
-# feature option -> (module, factory); factory(value, ctx) returns a Callback or None (the feature is off); ctx is
-# the RunContext without features. Each factory reads its own environment switch (ASCEND_TUNE_PROFILE, ...) when the
-# option is not given. The order is the order of on_enter and of every step event: profile and precision only
-# prepare at on_enter (nothing is hooked before a selected step begins); seed then seeds, so that tune's probes,
-# which draw no random numbers, run after it and the user's first batch draws the seeded stream; shapes comes
-# late because it checks the precision feature it would run beside (ctx.feature("precision")); health comes last: it
-# arms the precision feature's dump after a spike, and its module hook sees the steps the others have prepared.
+# feature option -> its package; every feature package has the same shape: config.py (a FeatureConfig), callback.py
+# (its Callback and build_callback(value, ctx), which returns the callback or None when the feature is off; ctx is
+# the RunContext without features), its work modules. A new feature is one package and one entry here. Each
+# build_callback reads its own environment switch (ASCEND_TUNE_PROFILE, ...) when the option is not given. The
+# order is the order of on_enter and of every step event: profile and precision only prepare at on_enter (nothing
+# is hooked before a selected step begins); seed then seeds, so that tune's probes, which draw no random numbers,
+# run after it and the user's first batch draws the seeded stream; shapes comes late because it checks the
+# precision feature it would run beside (ctx.feature("precision")); health comes last: it arms the precision
+# feature's dump after a spike, and its module hook sees the steps the others have prepared.
 FEATURES: dict = {
-    "profile": ("ascend_tune.profiling", "build_callback"),
-    "precision": ("ascend_tune.precision.callback", "build_callback"),
-    "seed": ("ascend_tune.precision.seed", "build_callback"),
-    "tune": ("ascend_tune.tuning", "build_callback"),
-    "shapes": ("ascend_tune.tuning.shapes", "build_shapes_callback"),
-    "health": ("ascend_tune.health", "build_callback"),
+    "profile": "ascend_tune.profiling",
+    "precision": "ascend_tune.precision",
+    "seed": "ascend_tune.seed",
+    "tune": "ascend_tune.tuning",
+    "shapes": "ascend_tune.shapes",
+    "health": "ascend_tune.health",
 }
 
 
@@ -80,8 +82,8 @@ def build_features(values: dict, ctx: RunContext) -> list:
         if value is not None and option not in FEATURES:
             raise ConfigError(f"option {option!r} is not available in this version of ascend_tune")
     built = []
-    for option, (module_name, factory) in FEATURES.items():
-        cb = getattr(importlib.import_module(module_name), factory)(values.get(option), ctx)
+    for option, package in FEATURES.items():
+        cb = importlib.import_module(f"{package}.callback").build_callback(values.get(option), ctx)
         if cb is not None:
             built.append(cb)
     return built
@@ -91,8 +93,7 @@ def build_feature(option: str, value: object, ctx: RunContext) -> Optional[Callb
     """One feature's callback, built by its own factory (the registry's, :data:`FEATURES`): how a feature that needs
     another one (health's dump after a spike needs a precision dump) gets it without importing its internals. The
     caller drives the callback it gets (``on_enter`` with its stack, the step events)."""
-    module_name, factory = FEATURES[option]
-    return getattr(importlib.import_module(module_name), factory)(value, ctx)
+    return importlib.import_module(f"{FEATURES[option]}.callback").build_callback(value, ctx)
 
 
 class CallbackSet:

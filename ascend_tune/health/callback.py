@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 
-from .. import capture
 from ..analysis.health import anomaly_line
 from ..callbacks import Callback, build_feature
 from ..formats.atomic import LineFile, make_folder
 from ..formats.run_dir import ANOMALIES_JSONL, HEALTH_DIR, MODULES_JSONL, rank_dir_name
+from ..recording.frames import internal
 from ..sinks import json_line
 from .config import HealthConfig
 from .gradients import GradNorms
@@ -118,7 +118,7 @@ class HealthCallback(Callback):
             dev = known.device
         else:
             dev = next((e.loss.device for e in entries if isinstance(e.loss, torch.Tensor)), torch.device("cpu"))
-        with capture.internal():
+        with internal():
             nan = self._nan_on(dev)
             return torch.stack([nan if v is None else v.to(dev) for v in values])
 

@@ -23,7 +23,7 @@ from typing import Any, Optional
 
 import torch
 
-from .. import capture
+from ..recording.frames import internal
 
 
 class GradNorms:
@@ -72,7 +72,7 @@ class GradNorms:
             total = original(*args, **kwargs)
             try:
                 if isinstance(total, torch.Tensor):
-                    with capture.internal():
+                    with internal():
                         self._clip = _whole(total).detach().reshape(())
             except Exception:  # our own bookkeeping never reaches the loop
                 self._clip = None
@@ -83,7 +83,7 @@ class GradNorms:
     def before_step(self, optimizer: Any) -> None:
         """The optimizer is about to apply its gradients: their norms, on the device."""
         try:
-            with capture.internal(), torch.no_grad():
+            with internal(), torch.no_grad():
                 part = norms_of(optimizer)
         except Exception:
             return
@@ -96,7 +96,7 @@ class GradNorms:
         self._parts, self._clip = [], None
         if not parts and clip is None:
             return None
-        with capture.internal(), torch.no_grad():
+        with internal(), torch.no_grad():
             if parts:
                 if len(parts) == 1:
                     total, nonfinite = parts[0]

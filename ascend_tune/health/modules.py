@@ -14,8 +14,8 @@ The record (stable; ``ascend-tune health`` reads it):
 
 A value that does not apply is null (a module without parameters, one not called in the step). Every statistic is
 computed on the device as the step runs and read back once, at the step's end. Modules are seen through the
-monitor's global module hook (:func:`~ascend_tune.capture.global_forward_hook`), installed for the recorded steps
-only. Under FSDP2 the values are the rank's shards'.
+recording layer's global module hook (:func:`~ascend_tune.recording.modules.global_forward_hook`), installed for
+the recorded steps only. Under FSDP2 the values are the rank's shards'.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from typing import Any, Optional
 
 import torch
 
-from .. import capture
+from ..recording.frames import internal
+from ..recording.modules import global_forward_hook
 
 FIELDS = ("grad_norm", "param_norm", "update_ratio", "act_mean", "act_std", "act_absmax", "act_zero_frac",
           "act_nonfinite")
@@ -63,7 +64,7 @@ class ModuleStats:
         """Start a recorded step: the module hook is on until :meth:`end`."""
         if self._hook is None and self.modules:
             self._acts, self._grads, self._before = {}, None, None
-            self._hook = capture.global_forward_hook(self._forward)
+            self._hook = global_forward_hook(self._forward)
 
     def _forward(self, module: Any, args: tuple, kwargs: dict, output: Any) -> None:
         i = self._index.get(id(module))
@@ -73,7 +74,7 @@ class ModuleStats:
         if tensor is None:
             return
         try:
-            with capture.internal(), torch.no_grad():
+            with internal(), torch.no_grad():
                 self._acts[i] = activation_stats(tensor)
         except Exception:
             pass
@@ -82,7 +83,7 @@ class ModuleStats:
         """The optimizer is about to step: gradient and parameter norms, and the parameters as they were."""
         if self._hook is None or self._grads is not None:
             return
-        with capture.internal(), torch.no_grad():
+        with internal(), torch.no_grad():
             self._grads = [_norm([p.grad for p in ps if p.grad is not None]) for ps in self._params]
             self._before = [[p.detach().clone() for p in ps] for ps in self._params]
 
@@ -92,7 +93,7 @@ class ModuleStats:
         if hook is None:
             return []
         hook.remove()
-        with capture.internal(), torch.no_grad():
+        with internal(), torch.no_grad():
             dev = next((p.device for ps in self._params for p in ps), torch.device("cpu"))
             nan = torch.full((), math.nan, device=dev)
             rows = []
