@@ -58,8 +58,7 @@ class TrainingMonitor:
         seed: seed python, numpy and torch (an int) before the first step.
         tune: device-driven tuning (fused optimizer swap, compile mode): ``True``, ``False`` or a dict / ``TuneConfig``.
         shapes: the dynamic-shape detector (``True``, a dict; ``ASCEND_TUNE_SHAPES=1``).
-        health: gradient norm per step, module statistics at chosen steps, spike detection (``True``, a dict or a
-            ``HealthConfig``; ``ASCEND_TUNE_HEALTH=1``).
+        health: gradient norms, module statistics, spikes (``True``, a dict; ``ASCEND_TUNE_HEALTH=1``).
         tensorboard: also write loss / steps-per-sec / samples-per-sec scalars under ``<log_dir>/tensorboard``
             (``ASCEND_TUNE_TENSORBOARD=1``; needs the ``tensorboard`` extra).
         callbacks: extra :class:`~ascend_tune.callbacks.Callback` objects driven by the step clock.
