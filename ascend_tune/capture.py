@@ -12,6 +12,7 @@ import inspect
 import logging
 import sys
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from typing import Any, Callable, Optional
 
@@ -341,9 +342,19 @@ class EpochTracker:
         return epoch
 
 
-def iterate_marked(iterator: Iterator, on_batch: Callable[[Any], None]) -> Iterator:
-    """Yield from ``iterator``, reporting each batch as it is handed to the training loop."""
-    for batch in iterator:
+def iterate_marked(iterator: Iterator, on_batch: Callable[[Any], None],
+                   on_wait: Optional[Callable[[float], None]] = None) -> Iterator:
+    """Yield from ``iterator``, reporting each batch as it is handed to the training loop (and, to ``on_wait``,
+    the host seconds the loop waited for it)."""
+    iterator = iter(iterator)
+    while True:
+        began = time.perf_counter()
+        try:
+            batch = next(iterator)
+        except StopIteration:
+            return
+        if on_wait is not None:
+            on_wait(time.perf_counter() - began)
         on_batch(batch)
         yield batch
 
@@ -356,6 +367,7 @@ def wrap_loader(
     loader: Any,
     on_pass: Callable[[int], None],
     on_batch: Callable[[Any], None],
+    on_wait: Optional[Callable[[float], None]] = None,
 ) -> bool:
     """Wrap one loader instance in place by swapping its class for a subclass; False if it cannot be swapped.
 
@@ -381,19 +393,19 @@ def wrap_loader(
     except TypeError:  # builtins (list, tuple) and __slots__ classes cannot change class
         return False
     tracker = EpochTracker()
-    object.__setattr__(loader, "_ascend_tune_marks", (tracker, on_pass, on_batch))
+    object.__setattr__(loader, "_ascend_tune_marks", (tracker, on_pass, on_batch, on_wait))
     stack.callback(_unwrap, loader, original)
     return True
 
 
 def _marked_iter(self: Any) -> Iterator:
-    tracker, on_pass, on_batch = self.__dict__["_ascend_tune_marks"]
+    tracker, on_pass, on_batch, on_wait = self.__dict__["_ascend_tune_marks"]
     on_pass(tracker.begin_pass(self))
     # torch names only __next__ in a trace; starting a pass (worker start-up, the sampler's seed read with .item())
     # is loader work too, named the same way so the advisor counts it as the loader's, not as a host sync of the step
     with torch.profiler.record_function(f"enumerate(DataLoader)#{type(self).__name__}.__iter__"):
         iterator = super(type(self), self).__iter__()
-    return iterate_marked(iterator, on_batch)
+    return iterate_marked(iterator, on_batch, on_wait)
 
 
 def _unwrap(loader: Any, original: type) -> None:
@@ -417,15 +429,16 @@ def batch_size(batch: Any) -> Optional[int]:
 class MarkedLoader:
     """What ``mon.loader(dl)`` returns: iterates ``dl`` with each batch marked as a step boundary."""
 
-    def __init__(self, loader: Iterable, on_pass: Any, on_batch: Any):
+    def __init__(self, loader: Iterable, on_pass: Any, on_batch: Any, on_wait: Any = None):
         self._loader = loader
+        self._on_wait = on_wait
         self._on_pass = on_pass
         self._on_batch = on_batch
         self._epochs = EpochTracker()
 
     def __iter__(self) -> Iterator:
         self._on_pass(self._epochs.begin_pass(self._loader))
-        return iterate_marked(iter(self._loader), self._on_batch)
+        return iterate_marked(iter(self._loader), self._on_batch, self._on_wait)
 
     def __len__(self) -> int:
         return len(self._loader)  # type: ignore[arg-type]

@@ -27,6 +27,7 @@ from .context import RunContext, detect_rank, detect_world_size
 from .errors import ConfigError, check_option_names
 from .formats.atomic import Outputs
 from .formats.run_dir import RunDir
+from .host_times import HostTimes
 from .optimizer_watch import OptimizerWatch
 from .sigterm import SigtermHandler
 from .steps import OPTIMIZER, WATCH, ClosedStep, StepTracker
@@ -157,7 +158,7 @@ class TrainingMonitor:
             self._callbacks = CallbackSet(built, self.callbacks, self._events.warn)
             self._callbacks.enter(self._ctx, stack)
             if self.train_loader is not None:
-                if capture.wrap_loader(stack, self.train_loader, self._on_pass, self._on_batch):
+                if capture.wrap_loader(stack, self.train_loader, self._on_pass, self._on_batch, self._host.add_data):
                     self._tracker.count_batches()
                 else:
                     logger.warning(
@@ -227,7 +228,7 @@ class TrainingMonitor:
         """Iterate ``loader`` with its batches marked (for loaders not passed to the constructor)."""
         self._require_active("loader")
         self._tracker.count_batches()
-        return capture.MarkedLoader(loader, self._on_pass, self._on_batch)
+        return capture.MarkedLoader(loader, self._on_pass, self._on_batch, self._host.add_data)
 
     def record_event(self, kind: str, **fields: Any) -> None:
         """Add an event line (``{"event": kind, ...}``) to metrics.jsonl, e.g. which steps were traced and where."""
@@ -257,11 +258,13 @@ class TrainingMonitor:
             if self._watch is not None:
                 self._watch.before_backward(tensor)
             self._tracker.backward(loss)
+            self._host.backward_begins()
         except Exception as exc:
             self._events.failed("the loss capture", exc)
 
     def _on_backward_done(self) -> None:
         try:
+            self._host.backward_ends()
             self._tracker.backward_done()
             if self._watch is not None:
                 self._watch.after_backward()
@@ -302,6 +305,7 @@ class TrainingMonitor:
         self._watch: Optional[OptimizerWatch] = None
         self._scaled: Optional[tuple] = None
         self._reads: list = []
+        self._host = HostTimes()
         self._sinks: list = []
         self._events = sinks.EventLog(self.rank)
         self._outputs = Outputs(warn=self._events.warn)
@@ -348,12 +352,12 @@ class TrainingMonitor:
     def _log_window(self) -> None:
         entries, seconds, samples = self.clock.close_window()
         read = metrics.read_back(entries, lag=True)
-        self._reads.append((read, seconds, samples, self.epoch))
+        self._reads.append((read, seconds, samples, self.epoch, self._host.take()))
         self._drain(force=False)
 
     def _drain(self, force: bool) -> None:
         while self._reads and self._reads[0][0].ready(force):
-            read, seconds, samples, epoch = self._reads.pop(0)
+            read, seconds, samples, epoch, host = self._reads.pop(0)
             window = metrics.make_window(read.entries, seconds, samples, read.values())
             self.totals.add(window)
             if self._sinks:
@@ -363,6 +367,7 @@ class TrainingMonitor:
                     "world_size": self.world_size,
                     "warmup": self.totals.warmup.holds(window.first_step),
                     "memory_mib": device.peak_memory_mib(self.device.kind) if self.device else None,
+                    "host_s": host,  # where the window's host time went (host_times.py)
                 }
                 for sink in self._sinks:
                     sink.write(window, context)
