@@ -16,10 +16,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Optional
 
-import numpy as np
 import torch
 
 from . import device
+from .analysis.logs.ranks import across_ranks
 from .analysis.logs.rates import RateStats, WarmUp
 from .formats.trace_names import read_back_name
 
@@ -223,17 +223,6 @@ def gather_ranks(totals: RunTotals, rank: int, world_size: int) -> Optional[dict
     gathered: list = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, entry)
     return across_ranks(gathered)
-
-
-def across_ranks(per_rank: list) -> dict:
-    """Min / median / max of the ranks' median steps/sec, and which rank is slowest (a straggler hint)."""
-    known = [r for r in per_rank if r.get("median_steps_per_sec") is not None]
-    rates = np.array([r["median_steps_per_sec"] for r in known], dtype=float)
-    out: dict = {"per_rank": per_rank, "steps_per_sec": None, "slowest_rank": None}
-    if rates.size:
-        out["steps_per_sec"] = {"min": float(rates.min()), "median": float(np.median(rates)), "max": float(rates.max())}
-        out["slowest_rank"] = known[int(rates.argmin())]["rank"]
-    return out
 
 
 def make_window(entries: list, seconds: float, samples: Optional[int], losses: list) -> Window:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from ..analysis.dumps.ranks import UNREADABLE, RankFinding, RunFindings
+from ..analysis.logs.ranks import WaitVerdict
+from ..analysis.traces.ranks import SlowRank
 
 
 def findings_lines(found: RunFindings, written: tuple = ()) -> list:
@@ -62,3 +66,48 @@ def _why(first: RankFinding, found: RunFindings) -> str:
     if others:
         text += f"; rank(s) {', '.join(map(str, others))} follow from it or later"
     return text
+
+
+def wait_lines(verdict: WaitVerdict) -> list:
+    """perf on a multi-rank run: each rank's host time per step, then the rank the others wait for."""
+    lines = ["host time per step by rank (medians; backward holds the wait for the gradient all-reduce on CPU/gloo)",
+             f"{'rank':>6} {'step ms':>9} {'data ms':>9} {'backward ms':>12} {'busy ms':>9}"]
+    for r in verdict.ranks:
+        mark = "  <- waited for" if r.rank == verdict.waited_for else ""
+        lines.append(f"{r.rank:>6} {r.step * 1e3:>9.2f} {r.data * 1e3:>9.2f} {r.backward * 1e3:>12.2f} "
+                     f"{r.busy * 1e3:>9.2f}{mark}")
+    lines.append(f"  {verdict.answer()}")
+    return lines
+
+
+def wait_record(verdict: WaitVerdict) -> dict:
+    """perf --json's ``waits`` of one run."""
+    return {"waited_for": verdict.waited_for, "answer": verdict.answer(), "excess": verdict.excess,
+            "windows": verdict.windows, "waited_least": {str(r): n for r, n in verdict.last.items()},
+            "test": verdict.test, "ranks": [dict(asdict(r), busy=r.busy) for r in verdict.ranks]}
+
+
+def slow_rank_lines(found: SlowRank) -> list:
+    """perf on a multi-rank run with traces of every rank: per rank compute / communication / free, the answer."""
+    lines = [f"traces by rank ({found.location}; ms summed over the profiled steps)",
+             f"{'rank':>6} {'steps':>6} {'compute':>9} {'comm':>9} {'overlap':>9} {'free':>9} {'last':>5}"]
+    for r in found.ranks:
+        if r.error:
+            lines.append(f"{r.rank:>6} unreadable: {r.error}")
+            continue
+        cells = " ".join(f"{r.total(f) / 1e3:>9.2f}" for f in ("compute", "communication", "overlapped", "free"))
+        lines.append(f"{r.rank:>6} {len(r.steps):>6} {cells} {found.last.get(r.rank, 0):>5}")
+    spread = ", ".join(f"{k} {v:.0%}" for k, v in found.spread.items())
+    lines.append(f"  spread across ranks (max - min over mean; over 5% suggests a slow rank): {spread}")
+    lines.append(f"  {found.answer()}")
+    return lines
+
+
+def slow_rank_record(found: SlowRank) -> dict:
+    """perf --json's ``traces`` of one run."""
+    return {"slow_rank": found.slow, "answer": found.answer(), "meetings": found.meetings, "test": found.test,
+            "arrived_last": {str(r): n for r, n in found.last.items()}, "spread": found.spread,
+            "ranks": [{"rank": r.rank, "traces": r.traces, "timeline": r.timeline, "steps": len(r.steps),
+                       "error": r.error or None,
+                       **{f"{f}_us": r.total(f) for f in ("compute", "communication", "overlapped", "free")}}
+                      for r in found.ranks]}

@@ -13,8 +13,9 @@ from ..analysis.dumps.overflow import OverflowReport
 from ..analysis.dumps.replay import ReplayVerdict
 from ..analysis.logs.compare import LossComparison
 from ..analysis.logs.model import LossLog
+from ..analysis.logs.ranks import SLOW_RANK
 from ..analysis.logs.rates import RateStats
-from ..analysis.logs.throughput import SLOW_RANK, ThroughputReport
+from ..analysis.logs.throughput import ThroughputReport
 from ..formats.dump_layout import format_frame
 
 

@@ -1,0 +1,119 @@
+"""Every rank at once: four gloo ranks under torchrun (DDP on CPU), one launch for every scenario
+(tests/scripts/ranks_train.py), then each whole-run verdict through the CLI as a user runs it.
+
+- rank 2 sleeps in its data loading: ``perf`` names it from the monitor's host times and from the traces of every
+  rank; the same run without the sleep names none;
+- rank 1's op scaled by 1.01: ``compare-dump`` over both whole locations names rank 1, step 0 and that op;
+  identical runs: exit 0;
+- rank 3's input holds a NaN at step 1: ``overflow`` names rank 3 and its op although every rank's gradients are NaN
+  after the all-reduce;
+- a rank in one run only, an unreadable rank folder, no readable rank at all.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+from test_distributed import torchrun
+
+from ascend_tune.analysis.dumps.ranks import compare_runs, overflow_runs
+from ascend_tune.cli import main
+
+SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "ranks_train.py")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    proc, out = torchrun(SCRIPT, tmp_path_factory.mktemp("ranks"), "done_rank{rank}.json", nproc=4)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out
+
+
+def cli(capsys, *argv) -> tuple:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_perf_names_the_rank_the_others_wait_for(runs, capsys):
+    code, out, _ = cli(capsys, "perf", str(runs / "slow"), "--json")
+    assert code == 0
+    run = json.loads(out)["runs"][0]
+    waits = run["waits"]
+    assert waits["waited_for"] == 2, waits["answer"]
+    by_rank = {r["rank"]: r for r in waits["ranks"]}
+    # lockstep: the slow rank waits least in backward (the all-reduce), the others wait for it
+    assert all(by_rank[2]["backward"] < by_rank[r]["backward"] for r in (0, 1, 3))
+    assert all(by_rank[2]["data"] > by_rank[r]["data"] for r in (0, 1, 3))
+    # the traces of every rank flag it too: it arrived last at the collectives
+    traces = run["traces"]
+    assert traces["slow_rank"] == 2, traces["answer"]
+    assert [r["rank"] for r in traces["ranks"]] == [0, 1, 2, 3] and all(r["steps"] for r in traces["ranks"])
+    code, out, _ = cli(capsys, "perf", str(runs / "slow"), "-j", "1")
+    assert "the others wait for rank 2" in out and "traces: rank 2 is the slow rank" in out
+
+
+def test_perf_names_no_rank_without_a_straggler(runs, capsys):
+    code, out, _ = cli(capsys, "perf", str(runs / "even"), "--json")
+    waits = json.loads(out)["runs"][0]["waits"]
+    assert code == 0 and waits["waited_for"] is None, waits["answer"]
+    assert len(waits["ranks"]) == 4 and all(r["step"] > 0 for r in waits["ranks"])
+
+
+def test_compare_dump_names_the_first_rank_step_and_op(runs, capsys, tmp_path):
+    code, out, _ = cli(capsys, "compare-dump", str(runs / "ref" / "dump"), str(runs / "target" / "dump"), "--json",
+                       "-o", str(tmp_path / "cmp"))
+    assert code == 1
+    summary = json.loads(out)
+    first = summary["first"]
+    assert (first["rank"], first["step"]) == (1, 0)
+    assert first["op"].startswith("Tensor.__mul__.") and first["kind"] == "argument"
+    assert len(summary["ranks"]) == 8  # 4 ranks x steps 0 and 1, every one compared
+    assert (tmp_path / "cmp" / "compare_summary.json").is_file()
+    assert (tmp_path / "cmp" / "step0" / "rank1" / "compare_result.csv").is_file()
+    code, out, _ = cli(capsys, "compare-dump", str(runs / "ref" / "dump"), str(runs / "target" / "dump"))
+    assert "first divergence of the run: rank 1, step 0, Tensor.__mul__." in out
+    # identical runs: no divergence on any rank
+    code, out, _ = cli(capsys, "compare-dump", str(runs / "ref" / "dump"), str(runs / "same" / "dump"), "-j", "2")
+    assert code == 0 and "no divergence on any rank" in out and out.count("agrees") == 8
+    # --rank / --step keep the one-dump verdict
+    code, out, _ = cli(capsys, "compare-dump", str(runs / "ref" / "dump"), str(runs / "target" / "dump"),
+                       "--step", "0", "--rank", "0")
+    assert "first divergence: Tensor.add_." in out and "of the run" not in out
+
+
+def test_overflow_names_the_rank_that_produced_the_nan(runs, capsys):
+    code, out, _ = cli(capsys, "overflow", str(runs / "nan" / "dump"), "--json")
+    assert code == 1
+    summary = json.loads(out)
+    first = summary["first"]
+    assert (first["rank"], first["step"], first["op"]) == (3, 1, "Functional.linear.0.forward")
+    # after the all-reduce every rank holds NaN: ranks 0-2 overflow at step 1 too, later in the step
+    at_step1 = {r["rank"]: r for r in summary["ranks"] if r["step"] == 1}
+    assert all(at_step1[r]["status"] == "overflow" for r in (0, 1, 2, 3))
+    code, out, _ = cli(capsys, "overflow", str(runs / "nan" / "dump"), "--rank", "0", "--step", "0")
+    assert code == 0 and "no overflow" in out
+
+
+def test_a_rank_in_one_run_only_and_unreadable_rank_folders(runs, capsys, tmp_path):
+    base, target = tmp_path / "base", tmp_path / "target"
+    shutil.copytree(runs / "ref" / "dump", base)
+    shutil.copytree(runs / "target" / "dump", target)
+    shutil.rmtree(target / "step1" / "rank3")  # rank 3's step 1 in BASE only
+    (target / "step0" / "rank2" / "dump.json").write_text("{not json")
+    found = compare_runs(str(base), str(target), jobs=1)
+    status = {(r.step, r.rank): r.status for r in found.ranks}
+    assert status[(1, 3)] == "only in BASE" and status[(0, 2)] == "unreadable"
+    assert found.first is not None and (found.first.rank, found.first.step) == (1, 0)
+    code, out, err = cli(capsys, "compare-dump", str(base), str(target))
+    assert code == 1 and err.count("\n") == 1 and "rank 2 step 0" in err
+    assert "only in BASE: not compared" in out
+    # no readable rank at all: exit 2
+    for index in target.glob("step*/rank*/dump.json"):
+        index.write_text("[]")
+    code, out, err = cli(capsys, "overflow", str(target))
+    assert code == 2 and "no dump" in err and err.count("rank ") == 7
+    assert overflow_runs(str(base), jobs=1).first is None
