@@ -117,3 +117,21 @@ def test_a_rank_in_one_run_only_and_unreadable_rank_folders(runs, capsys, tmp_pa
     code, out, err = cli(capsys, "overflow", str(target))
     assert code == 2 and "no dump" in err and err.count("rank ") == 7
     assert overflow_runs(str(base), jobs=1).first is None
+
+
+def test_report_and_pytest_plugin_show_the_ranks(runs, capsys, tmp_path, pytester):
+    code, out, _ = cli(capsys, "report", str(runs / "nan"), "-o", str(tmp_path / "nan.html"), "--no-advise")
+    page = (tmp_path / "nan.md").read_text()
+    assert code == 1 and "## Ranks" in page
+    assert "first inf/NaN of the run: rank 3, step 1, Functional.linear.0.forward" in page
+    ranks = page.split("## Ranks", 1)[1].split("\n## ", 1)[0]
+    assert sum(1 for line in ranks.splitlines() if line.startswith("| ") and line[2].isdigit()) == 4
+    pytester.makepyfile(test_downstream=f"""
+        def test_ranks(rank_report):
+            found = rank_report({str(runs / "slow")!r}, jobs=1)
+            assert [row[0] for row in found.rows] == ["0", "1", "2", "3"]
+            assert found.waits.waited_for == 2
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*ascend_tune ranks*", "*the others wait for rank 2*"])
