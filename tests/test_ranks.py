@@ -135,3 +135,34 @@ def test_report_and_pytest_plugin_show_the_ranks(runs, capsys, tmp_path, pyteste
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*ascend_tune ranks*", "*the others wait for rank 2*"])
+
+
+def test_the_runs_first_divergence_is_ordered_by_collectives_not_by_position(tmp_path):
+    from ascend_tune.testing.rank_dumps import write_dumps
+
+    write_dumps(str(tmp_path / "base"), ranks=4, ops=200, every=50)
+    # rank 2 diverges after its 1st all-reduce; that reaches every rank through the 2nd all-reduce (index 99);
+    # rank 0 has a fault of its own later (after the 3rd)
+    write_dumps(str(tmp_path / "target"), ranks=4, ops=200, every=50, faults={(0, 2, 57): 1.05, (0, 0, 160): 1.05})
+    found = compare_runs(str(tmp_path / "base"), str(tmp_path / "target"), jobs=2)
+    by_rank = {r.rank: r for r in found.ranks}
+    assert (found.first.rank, found.first.op, found.first.collectives_before) == (2, "Tensor.__add__.11.forward", 1)
+    assert by_rank[1].op == "Distributed.all_reduce.1.forward" and by_rank[1].through_collective
+    # rank 0's own fault comes after the all-reduce that already carried rank 2's: the collective reached it first
+    assert by_rank[0].op == "Distributed.all_reduce.1.forward"
+    assert compare_runs(str(tmp_path / "base"), str(tmp_path / "target"), jobs=1).ranks == found.ranks
+
+
+def test_the_earliest_step_wins_and_overflow_names_the_producing_rank(tmp_path):
+    from ascend_tune.testing.rank_dumps import write_dumps
+
+    write_dumps(str(tmp_path / "base"), ranks=3, steps=2, ops=120, every=40)
+    write_dumps(str(tmp_path / "target"), ranks=3, steps=2, ops=120, every=40,
+                faults={(1, 0, 3): 2.0, (0, 2, 100): 1.05})
+    first = compare_runs(str(tmp_path / "base"), str(tmp_path / "target"), jobs=1).first
+    assert (first.step, first.rank, first.position) == (0, 2, 100)
+    write_dumps(str(tmp_path / "inf"), ranks=3, ops=120, every=40, faults={(0, 1, 30): float("inf")})
+    found = overflow_runs(str(tmp_path / "inf"), jobs=2)
+    assert (found.first.rank, found.first.position, found.first.kind) == (1, 30, "produced")
+    others = [r for r in found.ranks if r.rank != 1]
+    assert all(r.op == "Distributed.all_reduce.0.forward" and r.through_collective for r in others)
