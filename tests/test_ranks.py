@@ -166,3 +166,20 @@ def test_the_earliest_step_wins_and_overflow_names_the_producing_rank(tmp_path):
     assert (found.first.rank, found.first.position, found.first.kind) == (1, 30, "produced")
     others = [r for r in found.ranks if r.rank != 1]
     assert all(r.op == "Distributed.all_reduce.0.forward" and r.through_collective for r in others)
+
+
+def test_overflow_reads_the_overflow_json_of_every_rank(tmp_path, capsys):
+    def entry(step, rank, name, produced):
+        return {"step": step, "rank": rank, "name": name, "tensor": "output.0", "max": float("inf"), "min": 0.0,
+                "produced_here": produced, "inputs": [] if produced else ["input.0"], "outputs": ["output.0"]}
+
+    checked = {0: [], 1: [entry(2, 1, "Functional.linear.0.forward", False)],
+               2: [entry(1, 2, "Torch.exp.0.forward", True)], 3: [entry(2, 3, "Torch.exp.1.forward", True)]}
+    for rank, overflows in checked.items():
+        (tmp_path / f"rank{rank}").mkdir()
+        (tmp_path / f"rank{rank}" / "overflow.json").write_text(
+            json.dumps({"overflows": overflows, "steps_checked": [0, 1, 2]}))
+    code, out, _ = cli(capsys, "overflow", str(tmp_path))
+    assert code == 1 and "first inf/NaN of the run: rank 2, step 1, Torch.exp.0.forward" in out
+    code, out, _ = cli(capsys, "overflow", str(tmp_path), "--rank", "0")
+    assert code == 0 and "no overflow" in out

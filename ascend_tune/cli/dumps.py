@@ -143,11 +143,14 @@ def _parse(args: argparse.Namespace) -> int:
 
 
 def _overflow(args: argparse.Namespace) -> int:
-    from ..analysis.dumps import overflow
+    from ..analysis.dumps import overflow, ranks
     from .verdict_text import overflow_lines, print_lines
 
     if _whole_run(args, args.dump):
         return _overflow_runs(args)
+    recorded = ranks.recorded_runs(args.dump) if args.step is None and args.rank is None else None
+    if recorded is not None:
+        return _print_findings(args, recorded, ())
     report = overflow.overflow_report(args.dump, args.step, args.rank)
     print_lines(overflow_lines(report))
     return 0 if report.first is None else 1

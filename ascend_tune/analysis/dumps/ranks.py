@@ -132,6 +132,37 @@ def overflow_runs(path: str, jobs: Optional[int] = None) -> RunFindings:
     return RunFindings("overflow", (path,), tuple(found), _jobs(jobs, keys))
 
 
+def recorded_runs(path: str) -> Optional[RunFindings]:
+    """The overflow.json of every rank (``rank{R}/overflow.json``, what an ``overflow_check`` run records) as the
+    run's findings; None when ``path`` does not hold two or more. Those files keep no execution order: the ranks
+    are ordered by step, then a produced inf/NaN before a received one."""
+    from ...formats.run_dir import OVERFLOW_JSON, rank_of_dir
+    from .overflow import read_overflow_json
+
+    if not os.path.isdir(path):
+        return None
+    files = {rank_of_dir(n): os.path.join(path, n, OVERFLOW_JSON) for n in sorted(os.listdir(path))}
+    files = {r: f for r, f in files.items() if r is not None and os.path.isfile(f)}
+    if len(files) < 2:
+        return None
+    found = []
+    for rank, file in sorted(files.items()):
+        try:
+            report = read_overflow_json(file)
+        except InputError as exc:
+            found.append(RankFinding(None, rank, UNREADABLE, message=str(exc)))
+            continue
+        first = report.first
+        if first is None:
+            found.append(RankFinding(None, rank, "clean"))
+        else:
+            found.append(RankFinding(first.step, rank, "overflow", first.name,
+                                     "produced" if first.produced_here else "received",
+                                     f"{first.tensor} max={first.max} min={first.min}",
+                                     through_collective=not first.produced_here, stack=tuple(first.stack_text)))
+    return RunFindings("overflow", (path,), tuple(found), 1)
+
+
 def _refs(path: str) -> dict:
     files, refs = open_location(path)
     files.close()
