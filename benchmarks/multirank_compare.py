@@ -26,13 +26,13 @@ from ascend_tune.testing.rank_dumps import write_dumps
 
 
 def run(argv: list) -> tuple:
-    """(seconds, peak RSS MiB of the CLI or any of its workers, exit code, stdout) of one CLI call, measured by a
-    fresh wrapper process so that each call's peak is its own."""
+    """(wall seconds, CPU seconds, peak RSS MiB of the CLI or any of its workers, exit code, stdout) of one CLI
+    call, measured by a fresh wrapper process so that each call's peak is its own."""
     wrapper = subprocess.run([sys.executable, __file__, "--measure", *argv], capture_output=True, text=True)
     if wrapper.returncode != 0:
         raise SystemExit(wrapper.stderr)
     figures = json.loads(wrapper.stdout.splitlines()[-1])
-    return figures["seconds"], figures["peak_mib"], figures["code"], figures["out"]
+    return figures["seconds"], figures["cpu"], figures["peak_mib"], figures["code"], figures["out"]
 
 
 def measure(argv: list) -> None:
@@ -42,8 +42,9 @@ def measure(argv: list) -> None:
     seconds = time.perf_counter() - start
     if proc.returncode not in (0, 1):
         sys.exit(proc.stderr)
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # the largest of the CLI and its workers
-    print(json.dumps({"seconds": seconds, "peak_mib": peak, "code": proc.returncode, "out": proc.stdout}))
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)  # the CLI and its workers
+    print(json.dumps({"seconds": seconds, "cpu": usage.ru_utime + usage.ru_stime, "peak_mib": usage.ru_maxrss / 1024,
+                      "code": proc.returncode, "out": proc.stdout}))
 
 
 def main() -> None:
@@ -65,21 +66,23 @@ def main() -> None:
           f"{time.perf_counter() - start:.1f} s; {default_jobs()} CPU(s)")
     rows = []
     for jobs in sorted({default_jobs(), 1}):
-        seconds, peak, code, out = run(["compare-dump", base, target, "-j", str(jobs)])
+        seconds, cpu, peak, code, out = run(["compare-dump", base, target, "-j", str(jobs)])
         first = next((line.strip() for line in out.splitlines() if "of the run" in line), "?")
-        rows.append((f"whole run, -j {jobs}", seconds, peak))
-        print(f"  -j {jobs}: {seconds:.1f} s, peak {peak:.0f} MiB per process, exit {code}; {first}")
+        rows.append((f"whole run, -j {jobs}", seconds, cpu, peak))
+        print(f"  -j {jobs}: {seconds:.1f} s ({cpu:.1f} CPU s), peak {peak:.0f} MiB per process, exit {code}; {first}")
     if not args.no_loop:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), 0.0
         for rank in range(args.ranks):
-            run(["compare-dump", base, target, "--step", "0", "--rank", str(rank)])
+            cpu += run(["compare-dump", base, target, "--step", "0", "--rank", str(rank)])[1]
         seconds = time.perf_counter() - start
-        rows.append(("loop of --rank R by hand", seconds, None))
+        rows.append(("loop of --rank R by hand", seconds, cpu, None))
         print(f"  loop over {args.ranks} ranks by hand: {seconds:.1f} s (and no cross-rank answer)")
     reference = rows[0][1]
-    print(f"\n{'how':<28} {'wall s':>8} {'vs -j 1':>8} {'peak MiB':>9}")
-    for how, seconds, peak in rows:
-        print(f"{how:<28} {seconds:>8.1f} {seconds / reference:>7.2f}x {'' if peak is None else f'{peak:.0f}':>9}")
+    print(f"\nload average {os.getloadavg()[0]:.1f} on {default_jobs()} CPU(s)")
+    print(f"{'how':<28} {'wall s':>8} {'vs -j 1':>8} {'CPU s':>8} {'peak MiB':>9}")
+    for how, seconds, cpu, peak in rows:
+        print(f"{how:<28} {seconds:>8.1f} {seconds / reference:>7.2f}x {cpu:>8.1f} "
+              f"{'' if peak is None else f'{peak:.0f}':>9}")
 
 
 if __name__ == "__main__":

@@ -183,3 +183,13 @@ def test_overflow_reads_the_overflow_json_of_every_rank(tmp_path, capsys):
     assert code == 1 and "first inf/NaN of the run: rank 2, step 1, Torch.exp.0.forward" in out
     code, out, _ = cli(capsys, "overflow", str(tmp_path), "--rank", "0")
     assert code == 0 and "no overflow" in out
+
+
+def test_locations_with_no_step_and_rank_in_common_are_bad_input(tmp_path, capsys):
+    from ascend_tune.testing.rank_dumps import write_dumps
+
+    write_dumps(str(tmp_path / "a"), ranks=2, ops=20, every=10)
+    write_dumps(str(tmp_path / "b"), ranks=2, steps=1, ops=20, every=10)
+    os.rename(tmp_path / "b" / "step0", tmp_path / "b" / "step5")
+    code, out, err = cli(capsys, "compare-dump", str(tmp_path / "a"), str(tmp_path / "b"))
+    assert code == 2 and "no step and rank in common" in err and out == ""

@@ -124,6 +124,9 @@ def _print_findings(args: argparse.Namespace, found: Any, outputs: tuple) -> int
         print(line, file=sys.stderr)
     if not found.readable:
         raise InputError(f"no dump of {' or '.join(found.locations)} could be read (see the lines above)")
+    if found.task == "compare" and not any(r.status in ("agree", "diverge") for r in found.ranks):
+        raise InputError(f"{found.locations[0]} and {found.locations[1]} have no step and rank in common; pass "
+                         "two dumps of the same steps and ranks, or pick one of each with --step / --rank")
     if outputs:
         make_folder(args.out)
         write_atomic(outputs[0], summary_bytes(found))

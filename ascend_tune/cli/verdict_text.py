@@ -208,6 +208,9 @@ def replay_lines(verdict: ReplayVerdict) -> list:
             lines.append(f"    suspect: {row.name} ({row.dtype}) {numbers}")
         if len(report.suspects) > MAX_SUSPECT_LINES:
             lines.append(f"    ... {len(report.suspects) - MAX_SUSPECT_LINES} more in {report.source}")
+    if len({r.rank for r in verdict.reports}) > 1 and verdict.first is not None:  # every rank: the run's first
+        report, row = verdict.first
+        lines.append(f"  first suspect of the run: rank {report.rank}, step {report.step}, {row.name}")
     lines.append(f"  verdict: {'SUSPECTS' if verdict.first else 'PASS'}")
     return lines
 
