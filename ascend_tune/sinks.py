@@ -118,9 +118,9 @@ def json_line(record: dict) -> bytes:
 _FAST_LINE = (
     '{"step":%d,"loss":%s,"steps_per_sec":%r,"samples_per_sec":%s,"time":%r,"first_step":%d,"window_steps":%d,'
     '"seconds":%r,"samples":%s,"step_losses":[%s],"nonfinite":%d,"skipped":%d,"epoch":%d,"rank":%d,'
-    '"world_size":%d,"warmup":%s,"memory_mib":%s}\n'
+    '"world_size":%d,"warmup":%s,"memory_mib":%s,"host_s":{"data":%s,"backward":%s}}\n'
 )
-_FAST_CONTEXT = 5  # epoch, rank, world_size, warmup, memory_mib
+_FAST_CONTEXT = 6  # epoch, rank, world_size, warmup, memory_mib, host_s
 _float = float.__repr__  # what json writes for a float
 
 
@@ -128,7 +128,7 @@ def metrics_line(window: Window, context: dict) -> bytes:
     """The metrics.jsonl line of a window: ``json_line(window_record(window, **context))``, formatted by hand.
 
     Building the record and json's encoder cost about as much as the rest of a log line at ``log_every=1``: the
-    monitor's own context (epoch, rank, world_size, warmup, memory_mib) is one ``%`` format instead; any other
+    monitor's own context (epoch, rank, world_size, warmup, memory_mib, host_s) is one ``%`` format instead; any other
     context, a non-finite number or a step without a loss takes the record's path.
     """
     try:
@@ -136,6 +136,9 @@ def metrics_line(window: Window, context: dict) -> bytes:
             raise KeyError
         c = context
         epoch, rank, world, warmup, memory = c["epoch"], c["rank"], c["world_size"], c["warmup"], c["memory_mib"]
+        host = c["host_s"]
+        if len(host) != 2:
+            raise KeyError
         sps, samples, losses = window.samples_per_sec, window.samples, window.losses
         loss = _float(window.loss)
         line = _FAST_LINE % (
@@ -144,7 +147,7 @@ def metrics_line(window: Window, context: dict) -> bytes:
             "null" if samples is None else int.__repr__(samples),
             loss if len(losses) == 1 else ",".join(map(_float, losses)), window.nonfinite,
             window.skipped, epoch, rank, world, "true" if warmup is True else "false",
-            "null" if memory is None else _float(memory),
+            "null" if memory is None else _float(memory), _float(host["data"]), _float(host["backward"]),
         )
     except (KeyError, TypeError):  # other context, a value of another type, a step without a loss
         return json_line(window_record(window, **context))
