@@ -4,7 +4,8 @@ memory, against the loop over ranks a user writes by hand (one `compare-dump --r
 The dumps are synthetic (ascend_tune.testing.rank_dumps: msprobe's layout, one step, a chain of 1000 API calls per
 rank with an all-reduce every 50; the target has one op of rank 37 scaled by 1.05). Each measurement runs the CLI
 as a user does, in a fresh process; peak memory is the largest resident set of any one process (the CLI or a
-worker), read from getrusage of the waited-for children, so the bound per worker shows.
+worker: /proc is polled for every descendant), so the bound per worker shows; CPU seconds are summed over them
+(on a shared machine wall time mostly measures the other jobs).
 Goal: -j $(nproc) faster than -j 1 by close to the CPU count, and a worker's memory that of one rank's dump, not
 the run's.
 Usage: python benchmarks/multirank_compare.py [--ranks 64] [--ops 1000] [--no-loop] [--keep DIR]
@@ -20,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Optional
 
 from ascend_tune.analysis.parallel import default_jobs
 from ascend_tune.testing.rank_dumps import write_dumps
@@ -36,15 +38,58 @@ def run(argv: list) -> tuple:
 
 
 def measure(argv: list) -> None:
-    """Run the CLI once as a child and print its figures as JSON (the wrapper side of :func:`run`)."""
+    """Run the CLI once as a child and print its figures as JSON (the wrapper side of :func:`run`). The pool's workers
+    are the forkserver's children, not the CLI's, so /proc is polled for every descendant: its peak resident set
+    (VmHWM) and CPU time as last seen."""
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "ascend_tune.cli", *argv], capture_output=True, text=True)
+    proc = subprocess.Popen([sys.executable, "-m", "ascend_tune.cli", *argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    seen: dict = {}
+    while proc.poll() is None:
+        for pid in _descendants(proc.pid):
+            figures = _proc_figures(pid)
+            if figures is not None:
+                peak, cpu = figures
+                seen[pid] = (max(peak, seen.get(pid, (0, 0))[0]), cpu)
+        time.sleep(0.05)
+    out, err = proc.communicate()
     seconds = time.perf_counter() - start
     if proc.returncode not in (0, 1):
-        sys.exit(proc.stderr)
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)  # the CLI and its workers
-    print(json.dumps({"seconds": seconds, "cpu": usage.ru_utime + usage.ru_stime, "peak_mib": usage.ru_maxrss / 1024,
-                      "code": proc.returncode, "out": proc.stdout}))
+        sys.exit(err)
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)  # the CLI itself, waited for
+    workers = {pid: v for pid, v in seen.items() if pid != proc.pid}
+    print(json.dumps({"seconds": seconds, "cpu": usage.ru_utime + usage.ru_stime + sum(c for _, c in workers.values()),
+                      "peak_mib": max([usage.ru_maxrss / 1024] + [p for p, _ in seen.values()]),
+                      "code": proc.returncode, "out": out}))
+
+
+def _descendants(root: int) -> list:
+    parents = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as fh:
+                    parents[int(name)] = int(fh.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    found, frontier = [], [root]
+    while frontier:
+        pid = frontier.pop()
+        found.append(pid)
+        frontier.extend(child for child, parent in parents.items() if parent == pid)
+    return found
+
+
+def _proc_figures(pid: int) -> Optional[tuple]:
+    """(peak RSS MiB, CPU seconds) of a live process."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            hwm = next((int(line.split()[1]) for line in fh if line.startswith("VmHWM:")), 0)
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return hwm / 1024, (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def main() -> None:
