@@ -26,7 +26,7 @@ def findings_lines(found: RunFindings, written: tuple = ()) -> list:
         lines.append(f"  first {'divergence' if found.task == 'compare' else 'inf/NaN'} of the run: rank {first.rank}, "
                      f"step {first.step}, {first.op}")
         lines.append(f"    why: {_why(first, found)}")
-        lines += [f"    at: {f.splitlines()[0]}" for f in first.stack[:3]]
+        lines += [f"    at: {f.partition(', ' + chr(10))[0].rstrip(', ')}" for f in first.stack[:3]]
     if written:
         lines.append(f"  wrote {', '.join(written)}")
     verdict = "PASS" if first is None else ("DIVERGED" if found.task == "compare" else "OVERFLOW")
@@ -58,13 +58,14 @@ def _verdict(r: RankFinding) -> str:
 
 
 def _why(first: RankFinding, found: RunFindings) -> str:
-    others = sorted({r.rank for r in found.ranks if r.found and r is not first and r.rank is not None})
+    others = [r for r in found.ranks if r.found and r is not first]
     when = ("before its first collective" if first.collectives_before == 0 else
             f"between its collectives {first.collectives_before} and {first.collectives_before + 1}")
     own = "its own" if not first.through_collective else "arrived through a collective"
     text = f"the earliest step with a finding; on rank {first.rank} {when} ({own}): {first.reason or first.kind}"
     if others:
-        text += f"; rank(s) {', '.join(map(str, others))} follow from it or later"
+        ranks = ", ".join(str(r) for r in sorted({r.rank for r in others if r.rank is not None}))
+        text += f"; the {len(others)} other finding(s) (rank(s) {ranks}) come later in the run's order"
     return text
 
 
