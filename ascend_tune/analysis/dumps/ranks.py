@@ -88,13 +88,14 @@ class RunFindings:
 
 
 def holds_several(path: str) -> bool:
-    """Whether ``path`` holds more than one dump (several ranks or steps): the whole-run verdicts apply."""
+    """Whether ``path`` holds the dumps of several ranks: the whole-run verdicts apply (all its steps, step by step).
+    A one-rank location with several steps keeps asking for ``--step``, as it always did."""
     try:
         files, refs = open_location(path)
     except InputError:
         return False
     files.close()
-    return len(refs) > 1
+    return len({ref.rank for ref in refs}) > 1
 
 
 def compare_runs(base: str, target: str, mode: str = "auto", fuzzy: bool = False, rtol: Optional[float] = None,
