@@ -161,6 +161,10 @@ def test_the_earliest_step_wins_and_overflow_names_the_producing_rank(tmp_path):
                 faults={(1, 0, 3): 2.0, (0, 2, 100): 1.05})
     first = compare_runs(str(tmp_path / "base"), str(tmp_path / "target"), jobs=1).first
     assert (first.step, first.rank, first.position) == (0, 2, 100)
+    for name in ("base", "target"):  # packed archives: each worker opens an archive once
+        assert main(["pack", str(tmp_path / name), "-o", str(tmp_path / f"{name}.tgz")]) == 0
+    packed = compare_runs(str(tmp_path / "base.tgz"), str(tmp_path / "target.tgz"), jobs=2).first
+    assert (packed.step, packed.rank, packed.op) == (first.step, first.rank, first.op)
     write_dumps(str(tmp_path / "inf"), ranks=3, ops=120, every=40, faults={(0, 1, 30): float("inf")})
     found = overflow_runs(str(tmp_path / "inf"), jobs=2)
     assert (found.first.rank, found.first.position, found.first.kind) == (1, 30, "produced")

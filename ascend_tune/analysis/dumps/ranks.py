@@ -119,8 +119,11 @@ def compare_runs(base: str, target: str, mode: str = "auto", fuzzy: bool = False
         else:
             sub = None if out is None else os.path.join(out, *_folders(key))
             tasks.append((key, base, base_refs[key], target, target_refs[key], mode, fuzzy, rtol, sub))
-    for finding in map_ranks(_compare_task, tasks, jobs):
-        ranks[(finding.step, finding.rank)] = finding
+    try:
+        for finding in map_ranks(_compare_task, tasks, jobs):
+            ranks[(finding.step, finding.rank)] = finding
+    finally:
+        close_archives()
     return RunFindings("compare", (base, target), tuple(ranks[k] for k in keys), _jobs(jobs, tasks))
 
 
@@ -129,7 +132,10 @@ def overflow_runs(path: str, jobs: Optional[int] = None) -> RunFindings:
     the rank that produced it, not the ranks it reached through a collective."""
     refs = _refs(path)
     keys = sorted(refs, key=_key_order)
-    found = map_ranks(_overflow_task, [(key, path, refs[key]) for key in keys], jobs)
+    try:
+        found = map_ranks(_overflow_task, [(key, path, refs[key]) for key in keys], jobs)
+    finally:
+        close_archives()
     return RunFindings("overflow", (path,), tuple(found), _jobs(jobs, keys))
 
 
@@ -193,19 +199,39 @@ def _jobs(jobs: Optional[int], tasks: list) -> int:
     return max(1, min(default_jobs() if jobs is None else jobs, len(tasks) or 1))
 
 
+_archives: dict = {}  # a packed location opened (and verified) once per process, closed by close_archives
+
+
 def _read(location: str, ref: DumpRef) -> tuple:
     """(files, dump) of one dump: a folder location is read in place (no walk of the other ranks' folders)."""
-    if os.path.isdir(location):
-        files = DumpFiles(location, root=location)
-    else:
-        files = open_location(location)[0]
     from .read import read_index
 
+    if not os.path.isdir(location):
+        if location not in _archives:
+            _archives[location] = open_location(location)[0]
+        return _Kept(_archives[location]), read_index(_archives[location], ref)
+    files = DumpFiles(location, root=location)
     try:
         return files, read_index(files, ref)
     except BaseException:
         files.close()
         raise
+
+
+class _Kept:
+    """An opened archive handed to a task: the task's close leaves it open for the next rank."""
+
+    def __init__(self, files: DumpFiles):
+        self.files = files
+
+    def close(self) -> None:
+        pass
+
+
+def close_archives() -> None:
+    """Close the archives this process opened for per-rank work."""
+    while _archives:
+        _archives.popitem()[1].close()
 
 
 def _compare_task(task: tuple) -> RankFinding:
