@@ -197,3 +197,31 @@ def test_locations_with_no_step_and_rank_in_common_are_bad_input(tmp_path, capsy
     os.rename(tmp_path / "b" / "step0", tmp_path / "b" / "step5")
     code, out, err = cli(capsys, "compare-dump", str(tmp_path / "a"), str(tmp_path / "b"))
     assert code == 2 and "no step and rank in common" in err and out == ""
+
+
+def test_traces_with_a_device_timeline_name_the_rank_that_arrived_last(tmp_path):
+    """CUDA-style traces of 5 ranks (kernels, NCCL's renamed ncclDevKernel_*, HTA #360): rank 1 computes longer, so
+    its all-reduce kernels are the shortest (it arrived last) and the others' wait in theirs."""
+    from ascend_tune.analysis.traces.ranks import slow_rank
+
+    for rank in range(5):
+        events, ts = [], 0.0
+        for step in range(6):
+            compute = 9000.0 if rank == 1 else 4000.0 + 37 * rank
+            comm = 600.0 + 11 * rank if rank == 1 else 600.0 + 5000.0 + 13 * rank
+            events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "ts": ts,
+                           "dur": 11000.0, "pid": 1, "tid": 1})
+            events.append({"ph": "X", "cat": "kernel", "name": "ampere_sgemm_128x64_tn", "ts": ts + 100,
+                           "dur": compute, "pid": 0, "tid": 7})
+            start = ts + 100 + compute
+            events.append({"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+                           "ts": start, "dur": comm, "pid": 0, "tid": 8})
+            ts += 11000.0
+        folder = tmp_path / "profile" / f"rank{rank}"
+        folder.mkdir(parents=True)
+        (folder / f"host_{rank}.pt.trace.json").write_text(json.dumps({"traceEvents": events}))
+    found = slow_rank(str(tmp_path), jobs=2)
+    assert found.slow == 1 and found.meetings == 6 and found.last == {1: 6}, found.answer()
+    assert all(r.timeline == "device" and len(r.steps) == 6 for r in found.ranks)
+    one = found.ranks[0].steps[0]
+    assert one.compute + one.communication + one.overlapped + one.free == pytest.approx(one.total)
