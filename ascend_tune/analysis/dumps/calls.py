@@ -131,3 +131,28 @@ def has(value: Any) -> bool:
 def family(api: str) -> str:
     """The API an op name belongs to for pairing: reflected operators fold into their plain form."""
     return _REFLECTED.get(api, api)
+
+
+@functools.cache
+def mutated_slots(api: Optional[str]) -> tuple:
+    """The argument slots an API writes into (``Tensor.add_`` -> ``("input.0",)``), read from its name once per API.
+
+    torch's convention, the one its schemas follow: a Tensor method or torch function whose name ends in one
+    underscore works in place on its first argument (``Tensor.addcdiv_``, ``Torch._foreach_lerp_``, the augmented
+    operators ``Tensor.__iadd__``); a collective writes into its first argument; ``out=`` is written by any API
+    (:func:`mutates`). A slot's own elements (``input.0.3`` of a foreach list) count with it.
+    """
+    if not api:
+        return ()
+    prefix, _, name = api.partition(".")
+    inplace_name = name.endswith("_") and not name.endswith("__") or name.startswith("__i") and name.endswith("__")
+    if prefix in ("Tensor", "Torch", "NPU") and inplace_name or prefix == "Distributed":
+        return ("input.0",)
+    return ()
+
+
+def mutates(api: Optional[str], slot: str) -> bool:
+    """Whether ``slot`` of a call to ``api`` is an argument the call writes into (see :func:`mutated_slots`)."""
+    if slot == "input.out" or slot.startswith("input.out."):
+        return True
+    return any(slot == s or slot.startswith(s + ".") for s in mutated_slots(api))

@@ -25,7 +25,7 @@ from typing import Optional
 import numpy as np
 
 from ...errors import InputError
-from . import metrics, pairing, verdicts
+from . import calls, metrics, pairing, verdicts
 from .metrics import StatsDiff, TensorMetrics
 from .model import Dump, Leaf, Op, Stats
 from .pairing import OpPair, match_key, match_ops
@@ -152,6 +152,7 @@ def _rows(pairs: list, base: Dump, target: Dump, tensor_mode: bool, rtol: Option
     by_row = {i: n for n, i in enumerate(numeric)}
     engines = _engines(base, target)
     regrouped = {k for k, pair in enumerate(pairs) if _regrouped(pair)}
+    stale = _stale_inputs(base, target)
 
     rows = []
     for i, (k, arg) in enumerate(raw):
@@ -160,7 +161,12 @@ def _rows(pairs: list, base: Dump, target: Dump, tensor_mode: bool, rtol: Option
         tol = metrics.tolerance(t.dtype if t else "", b.dtype if b else "", rtol)
         tensor = None
         note = ""
-        if k in regrouped and (t or b).role == "output":  # type: ignore[union-attr]
+        uncompared = k in regrouped and (t or b).role == "output"  # type: ignore[union-attr]
+        if stale and _mutated_scalar(pairs[k], t, b, arg.key):
+            uncompared, error, reason = True, 0.0, ""
+            note = (f"{stale} recorded this 0-d argument after the op wrote into it (call model 2 or older): "
+                    "not compared (the op's output is)")
+        elif uncompared:
             error, reason = 0.0, ""
             note = (f"BASE's backward recorded {len(pairs[k].base.outputs)} gradient(s), TARGET's "
                     f"{len(pairs[k].target.outputs)} of the same elements: different autograd nodes (a fused "
@@ -181,10 +187,24 @@ def _rows(pairs: list, base: Dump, target: Dump, tensor_mode: bool, rtol: Option
             tensor=tensor, error=float(error), tolerance=tol, agree=not reason, reason=reason,
             parameter=arg.parameter, stand_in=arg.stand_in, note=note,
             base_slot=b.slot if b is not None and arg.stand_in != "BASE" else None,
-            _uncompared=k in regrouped and (t or b).role == "output",  # type: ignore[union-attr]
+            _uncompared=uncompared,
         ))
     _judge(pairs, rows, tensor_mode)
     return [CompareRow(**{key: v for key, v in row.items() if not key.startswith("_")}) for row in rows]
+
+
+def _stale_inputs(base: Dump, target: Dump) -> str:
+    """Which dump recorded a 0-d argument an op writes into after the op ran ("" when both recorded it as received;
+    see :attr:`Dump.inputs_as_received`)."""
+    return " and ".join(f"{side} ({dump.engine})" for side, dump in (("BASE", base), ("TARGET", target))
+                        if not dump.inputs_as_received)
+
+
+def _mutated_scalar(pair: OpPair, t: Optional[Leaf], b: Optional[Leaf], key: str) -> bool:
+    """Whether an argument row is a 0-d tensor the op writes into (AdamW's ``step_t += 1``)."""
+    leaf = t or b
+    return (leaf is not None and leaf.role == "input" and leaf.kind == "tensor" and not leaf.shape
+            and calls.mutates(calls.api_of(pair.name), leaf.slot))
 
 
 def _numeric(leaf: Optional[Leaf]) -> bool:
