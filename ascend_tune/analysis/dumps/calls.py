@@ -87,10 +87,12 @@ def signature(api: str) -> Optional[Signature]:
     return Signature(tuple(positional), by_name)
 
 
-def api_of(op_name: str) -> Optional[str]:
-    """The API of a forward API call (``Functional.layer_norm.0.forward`` -> ``Functional.layer_norm``), else None."""
+def api_of(op_name: str, backward: bool = False) -> Optional[str]:
+    """The API of a forward API call (``Functional.layer_norm.0.forward`` -> ``Functional.layer_norm``), with
+    ``backward`` of its backward too, else None."""
     m = _API_CALL.match(op_name)
-    return m["api"] if m and m["dir"] == "forward" and not op_name.startswith("Module.") else None
+    wanted = ("forward", "backward") if backward else ("forward",)
+    return m["api"] if m and m["dir"] in wanted and not op_name.startswith("Module.") else None
 
 
 def argument(api: Optional[str], slot: str) -> tuple:

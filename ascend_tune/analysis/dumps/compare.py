@@ -20,18 +20,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
 from ...errors import InputError
-from . import calls, metrics, pairing, verdicts
+from . import calls, metrics, pairing, tolerance, verdicts
 from .metrics import StatsDiff, TensorMetrics
 from .model import Dump, Leaf, Op, Stats
 from .pairing import OpPair, match_key, match_ops
 
-__all__ = ["CompareRow", "DumpComparison", "FirstDivergence", "OpPair", "compare_dumps", "first_divergence",
-           "match_key", "match_ops"]
+__all__ = ["Closest", "CompareRow", "DumpComparison", "FirstDivergence", "OpPair", "Uncertain", "compare_dumps",
+           "first_divergence", "match_key", "match_ops", "walk"]
 
 
 @dataclass(frozen=True)
@@ -90,6 +90,8 @@ class DumpComparison:
     tolerance_override: Optional[float]
     base_engine: str = "msprobe"  # which tool wrote each dump (Dump.engine)
     target_engine: str = "msprobe"
+    uncertain: tuple = ()  # Uncertain: ops beyond tolerance whose inputs' differences may explain it
+    closest: Optional[Closest] = None  # with no divergence: the output row nearest its tolerance
 
     def count(self, result: str) -> int:
         return sum(1 for r in self.rows if r.result == result)
@@ -133,10 +135,9 @@ def compare_dumps(
         mode = "tensor" if base.has_tensors and target.has_tensors else "statistics"
     pairs = match_ops(base, target, fuzzy)
     rows = _rows(pairs, base, target, mode == "tensor", rtol)
-    return DumpComparison(
-        base.label, target.label, mode, fuzzy, tuple(pairs), tuple(rows),
-        first_divergence(pairs, rows, target), rtol, base.engine, target.engine,
-    )
+    first, uncertain, closest = walk(pairs, rows, target)
+    return DumpComparison(base.label, target.label, mode, fuzzy, tuple(pairs), tuple(rows), first, rtol, base.engine,
+                          target.engine, uncertain, closest)
 
 
 def _rows(pairs: list, base: Dump, target: Dump, tensor_mode: bool, rtol: Optional[float]) -> list:
@@ -158,7 +159,10 @@ def _rows(pairs: list, base: Dump, target: Dump, tensor_mode: bool, rtol: Option
     for i, (k, arg) in enumerate(raw):
         n = by_row.get(i)
         t, b = arg.target, arg.base
-        tol = metrics.tolerance(t.dtype if t else "", b.dtype if b else "", rtol)
+        tol = tolerance.tolerance(t.dtype if t else "", b.dtype if b else "", rtol)
+        if (t or b).role == "output":  # type: ignore[union-attr]
+            tol = tolerance.kernel_tolerance(calls.api_of(pairs[k].name, backward=True), tol,
+                                             (t or b).dtype, _reduction_length(pairs[k], t or b), rtol)  # type: ignore
         tensor = None
         note = ""
         uncompared = k in regrouped and (t or b).role == "output"  # type: ignore[union-attr]
@@ -191,6 +195,20 @@ def _rows(pairs: list, base: Dump, target: Dump, tensor_mode: bool, rtol: Option
         ))
     _judge(pairs, rows, tensor_mode)
     return [CompareRow(**{key: v for key, v in row.items() if not key.startswith("_")}) for row in rows]
+
+
+def _reduction_length(pair: OpPair, output: Leaf) -> int:
+    """How many products or terms one element of ``output`` sums: a forward matmul-like op's K (the last dimension
+    of its first input); a backward's gradient that is smaller than the gradient it received (a weight's, summed
+    over the batch) the ratio of their sizes; else 0."""
+    op = pair.target or pair.base
+    if pair.name.endswith(".backward"):
+        sizes = [math.prod(leaf.shape) for leaf in op.leaves  # type: ignore[union-attr]
+                 if leaf.role == "input" and leaf.kind == "tensor" and leaf.shape is not None]
+        out = math.prod(output.shape) if output.kind == "tensor" and output.shape is not None else 0
+        return max(sizes) // out if sizes and out and max(sizes) > out else 0
+    first = next((leaf for leaf in op.leaves if leaf.slot == "input.0"), None)  # type: ignore[union-attr]
+    return int(first.shape[-1]) if first is not None and first.kind == "tensor" and first.shape else 0
 
 
 def _stale_inputs(base: Dump, target: Dump) -> str:
@@ -266,12 +284,12 @@ def _tensor_error(t: Leaf, b: Leaf, errors: Optional[np.ndarray], tol: float, rt
             return math.inf, tol, "checksums differ", note
         return 0.0, tol, "", note
     numel = math.prod(t.shape) if t.shape is not None else 0
-    reduction = metrics.reduction_tolerance(tol, t.dtype, numel, rtol)
+    reduction = tolerance.reduction_tolerance(tol, t.dtype, numel, rtol)
     limits = (tol, tol, reduction, reduction)
     worst = max(range(4), key=lambda i: errors[i] / limits[i] if limits[i] else (math.inf if errors[i] else 0.0))
     error, limit = float(errors[worst]), limits[worst]
     if error <= limit:
-        return float(errors.max()), tol, "", note
+        return error, limit, "", note  # the statistic nearest its limit
     stat = Stats._fields[worst].capitalize()
     reason = f"{stat} differs by {error:.3g} of the tensor's magnitude (tolerance {limit:.3g}"
     if worst >= 2 and limit > tol:
@@ -320,13 +338,43 @@ def _judge(pairs: list, rows: list, tensor_mode: bool) -> None:
         start = end
 
 
+@dataclass(frozen=True)
+class Uncertain:
+    """An op whose output differs beyond its kernel's tolerance while its inputs already differed, by an op family
+    that amplifies without a bound the dump's statistics can give (see :mod:`.tolerance`)."""
+
+    op: str
+    row: str
+    error: float
+    tolerance: float
+    carried: float  # the largest error its inputs carried
+
+
+@dataclass(frozen=True)
+class Closest:
+    """The output that came nearest its tolerance in two runs that agree: ``error / tolerance`` (0.3: at 30%)."""
+
+    op: str
+    slot: str
+    ratio: float
+
+
 def first_divergence(pairs: list, rows: list, target: Dump) -> Optional[FirstDivergence]:
     """The first op where TARGET parts from BASE (see the module docstring), or None when they agree."""
+    return walk(pairs, rows, target)[0]
+
+
+def walk(pairs: list, rows: list, target: Dump) -> tuple:
+    """``(first divergence or None, uncertain ops, closest row or None)``, walking TARGET's ops in execution order
+    (see the module docstring)."""
     by_pair: dict = {}
     for row in rows:
         by_pair.setdefault(row.pair, []).append(row)
     unmatched: list = []
     last_agreeing: Optional[str] = None
+    drifted = False  # an earlier op's output was beyond tolerance, as its own inputs explained
+    uncertain: list = []
+    closest: Optional[Closest] = None
     for k, pair in enumerate(pairs):
         if not pair.matched:
             unmatched.append(pair)
@@ -334,17 +382,27 @@ def first_divergence(pairs: list, rows: list, target: Dump) -> Optional[FirstDiv
         own = by_pair.get(k, [])
         bad_inputs = [r for r in own if r.role == "input" and not r.agree]
         bad_outputs = [r for r in own if r.role == "output" and not r.agree]
+        closest = _closer(closest, pair.name, own)
         if not bad_inputs and not bad_outputs:
             unmatched, last_agreeing = [], pair.name
             continue
         bad_tensors = [r for r in bad_inputs if (r.target or r.base).kind == "tensor"]  # type: ignore[union-attr]
         skipped = _unrecorded_between(target, last_agreeing, pair.name)
-        if not bad_tensors:
-            worst = max(bad_inputs or bad_outputs, key=lambda r: r.error)
-            kind = "argument" if bad_inputs else "output"
-            why = (f"its inputs agree but {worst.slot} does not: {worst.reason}" if kind == "output"
-                   else f"its tensor inputs agree but {worst.slot} does not: {worst.reason}")
-            return _named(pair.target, kind, why, worst, None, skipped)
+        if len(bad_tensors) == len(bad_inputs) and (not bad_tensors or drifted and all(map(_drift, bad_tensors))):
+            # no argument differs, and a tensor input that differs carries an earlier op's drift
+            verdict = _explain(pair.name, own, bad_outputs)
+            if isinstance(verdict, str):
+                worst = max(bad_outputs, key=lambda r: r.error)
+                return _named(pair.target, "output", verdict, worst, None, skipped), tuple(uncertain), None
+            if isinstance(verdict, Uncertain):
+                uncertain.append(verdict)
+            drifted = drifted or bool(bad_outputs)
+            unmatched = []
+            continue
+        if not bad_tensors:  # an argument differs
+            worst = max(bad_inputs, key=lambda r: r.error)
+            why = f"its tensor inputs agree but {worst.slot} does not: {worst.reason}"
+            return _named(pair.target, "argument", why, worst, None, skipped), tuple(uncertain), None
         worst = max(bad_tensors, key=lambda r: r.error)
         if unmatched:
             first = unmatched[0]
@@ -352,13 +410,62 @@ def first_divergence(pairs: list, rows: list, target: Dump) -> Optional[FirstDiv
             op = first.target or first.base
             why = (f"it ran only in {side}, and the next op both runs have, {pair.name}, already gets different "
                    f"inputs ({worst.slot}: {worst.reason})")
-            return _named(op, f"only in {side}", why, None, pair.name, skipped)
+            return _named(op, f"only in {side}", why, None, pair.name, skipped), tuple(uncertain), None
         why = (f"its input {worst.slot} already differs ({worst.reason}), yet no earlier op both dumps hold "
                "disagrees: the difference arose in code the dump does not record")
         if skipped:
             why += f" ({', '.join(skipped[:5])} ran in between without data)"
-        return _named(pair.target, "inputs", why, worst, None, skipped)
-    return None
+        return _named(pair.target, "inputs", why, worst, None, skipped), tuple(uncertain), None
+    return None, tuple(uncertain), closest
+
+
+def _explain(name: str, own: list, bad_outputs: list) -> Any:
+    """None when every output of an op is within its kernel tolerance plus what its inputs carried; an
+    :class:`Uncertain` when an amplifying op's is not; else the reason its output diverges (one line)."""
+    if not bad_outputs:
+        return None
+    worst = max(bad_outputs, key=lambda r: r.error)
+    inputs = [(tolerance.unseen(r.error, r.target.dtype, worst.target.dtype), _magnitude(r))  # type: ignore
+              for r in own if r.role == "input" and _drift(r, numeric_only=True)]
+    if not all(_drift(r) for r in bad_outputs):
+        return f"its inputs agree but {worst.slot} does not: {worst.reason}"
+    carried = tolerance.carried(inputs, _magnitude(worst))
+    if not carried:
+        return f"its inputs agree but {worst.slot} does not: {worst.reason}"
+    unexplained = [r for r in bad_outputs if not tolerance.explained(r.error, r.tolerance, carried)]
+    if not unexplained:
+        return None
+    worst = max(unexplained, key=lambda r: r.error)
+    if tolerance.amplifies(calls.api_of(name, backward=True)):
+        return Uncertain(name, f"{name}.{worst.slot}", worst.error, worst.tolerance, carried)
+    return (f"{worst.slot} differs beyond what its inputs' differences explain: {worst.reason}; its inputs carried "
+            f"{carried:.3g}, which it may amplify {tolerance.GAIN:g}x")
+
+
+def _drift(row: CompareRow, numeric_only: bool = False) -> bool:
+    """Whether a row is a finite numeric difference of two tensors of one dtype and shape (a drift a later op may
+    carry on), rather than a differing dtype, shape, inf/NaN or argument."""
+    t, b = row.target, row.base
+    if t is None or b is None or t.kind != "tensor" or b.kind != "tensor" or t.dtype != b.dtype:
+        return False
+    return math.isfinite(row.error) and (numeric_only or not row.agree)
+
+
+def _magnitude(row: CompareRow) -> float:
+    """The larger of a tensor row's |Max| and |Min| over both runs (NaN when unknown)."""
+    ends = [abs(v) for leaf in (row.target, row.base) if leaf is not None and leaf.kind == "tensor" and leaf.has_stats
+            for v in leaf.stats[:2] if math.isfinite(v)]
+    return max(ends) if ends else math.nan
+
+
+def _closer(closest: Optional[Closest], name: str, own: list) -> Optional[Closest]:
+    """``closest`` or the output row of ``own`` nearer its tolerance."""
+    for r in own:
+        if r.role == "output" and r.agree and r.tolerance and math.isfinite(r.error) and r.error:
+            ratio = r.error / r.tolerance
+            if closest is None or ratio > closest.ratio:
+                closest = Closest(name, r.slot, ratio)
+    return closest
 
 
 def _named(op: Op, kind: str, why: str, row: Optional[CompareRow], next_op: Optional[str], skipped: tuple) -> \

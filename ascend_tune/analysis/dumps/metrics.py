@@ -15,39 +15,18 @@ positions the metrics are NaN).
 Agreement (ours, for the first divergence): a row's *error* is the largest difference of its statistics measured
 against the tensor's magnitude, ``|T_s - B_s| / max(|max|, |min|)`` for max/min/mean and ``|T_n - B_n| / max(|T_n|,
 |B_n|)`` for the norm (with saved tensors: ``max|T - B| / max(|T|, |B|)``). A relative error per statistic would
-call a mean of 1e-9 against 2e-9 a 100% error; measured against the magnitude it is noise. Two tensors agree when
-dtype and shape match and the error is within the tolerance of their dtype: float64 1e-10, float32 1e-5 (runs that
-agree differ by ~1e-6), float16 2e-3, bfloat16 2e-2 (one rounding is up to 0.4%), integers and bools exactly.
-
-Max and Min are exact in any engine; Mean and Norm are reductions, and two engines (or devices) sum in different
-orders: the builtin engine reduces in fp32 (fp64 for float64), with a dot product for the sum of squares of a large
-tensor; msprobe calls ``torch.mean`` / ``torch.norm`` in the tensor's dtype. Their difference grows with the element
-count n like ``sqrt(n)`` roundings of the accumulating dtype (measured here: up to ``0.9 * 2**-24 * sqrt(n)`` for
-fp32 norms). Mean and Norm are therefore held to :func:`reduction_tolerance`, ``max(dtype tolerance, 8 *
-unit roundoff * sqrt(n))`` capped for fp32 at 5e-4, so identical runs dumped by the two engines agree and a 1e-3
-drift is still caught.
+call a mean of 1e-9 against 2e-9 a 100% error; measured against the magnitude it is noise. How large an error two
+correct runs may show (per dtype, op family and size): :mod:`.tolerance`.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple, Optional
+from typing import NamedTuple, Optional
 
 import numpy as np
 
 from .model import Leaf
-
-TOLERANCE = {
-    "float64": 1e-10, "double": 1e-10,
-    "float32": 1e-5, "float": 1e-5,
-    "float16": 2e-3, "half": 2e-3,
-    "bfloat16": 2e-2,
-}
-_LOW_PRECISION = 1e-1  # float8 and other narrow float types
-_ROUNDOFF = {"float64": 2.0 ** -53, "double": 2.0 ** -53}  # of the accumulating dtype; fp32 for the others
-_ROUNDOFF_FP32 = 2.0 ** -24
-_REDUCTION_SPREAD = 8.0  # roundings of noise per sqrt(n) allowed (0.9 measured between the two engines)
-_REDUCTION_CAP = 5e-4  # a 1e-3 drift of a reduction stays a divergence
 
 
 class StatsDiff(NamedTuple):
@@ -91,20 +70,6 @@ def columns_of(kind: type) -> list:
     return [COLUMNS[name] for name in kind._fields]
 
 
-def tolerance(dtype_a: str, dtype_b: str, override: Optional[float] = None) -> float:
-    """The agreement tolerance of a pair of dtypes: the coarser one's (``override`` for every float dtype)."""
-    return max(_tolerance(dtype_a, override), _tolerance(dtype_b, override))
-
-
-def _tolerance(dtype: str, override: Optional[float]) -> float:
-    name = str(dtype).rpartition(".")[2]
-    if name in TOLERANCE or name.startswith("float") or name.startswith("complex"):
-        if override is not None:
-            return override
-        return TOLERANCE.get(name, TOLERANCE["float32"] if name.startswith("complex") else _LOW_PRECISION)
-    return 0.0
-
-
 def statistics_diffs(target: np.ndarray, base: np.ndarray) -> list:
     """One :class:`StatsDiff` per row of two statistics arrays (rows x 4); equal values give 0, NaN against a
     number gives NaN, and a relative error against a zero base is inf."""
@@ -114,16 +79,6 @@ def statistics_diffs(target: np.ndarray, base: np.ndarray) -> list:
         rel = np.where(same, 0.0, np.abs(diff) / np.abs(base))
         rel = np.where(~same & (base == 0) & ~np.isnan(target), np.inf, rel)
     return [StatsDiff(*map(float, d), *map(float, r)) for d, r in zip(diff, rel)]
-
-
-def reduction_tolerance(tolerance: float, dtype: str, numel: Any, override: Optional[float] = None) -> float:
-    """The tolerance of a Mean or Norm: the dtype's ``tolerance`` widened by the reduction noise of ``numel``
-    elements (see the module docstring); ``override`` (``--rtol``) applies as given."""
-    if override is not None or not tolerance or not numel:
-        return tolerance
-    name = str(dtype).rpartition(".")[2]
-    noise = min(_REDUCTION_SPREAD * _ROUNDOFF.get(name, _ROUNDOFF_FP32) * math.sqrt(numel), _REDUCTION_CAP)
-    return max(tolerance, noise)
 
 
 def statistics_error(target: np.ndarray, base: np.ndarray) -> np.ndarray:

@@ -60,6 +60,10 @@ def summary_json(result: DumpComparison) -> bytes:
             "error": _json_number(first.error), "tolerance": _json_number(first.tolerance), "parent": first.parent,
             "stack": list(first.stack), "next_op": first.next_op, "unrecorded": list(first.unrecorded),
         },
+        "closest": None if result.closest is None else {
+            "op": result.closest.op, "slot": result.closest.slot, "ratio": _json_number(result.closest.ratio)},
+        "uncertain": [{"op": u.op, "row": u.row, "error": _json_number(u.error), "tolerance": u.tolerance,
+                       "carried": _json_number(u.carried)} for u in result.uncertain],
     }
     return (json.dumps(payload, indent=2) + "\n").encode("utf-8")
 
