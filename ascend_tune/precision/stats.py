@@ -32,6 +32,7 @@ _FLOAT, _DOUBLE, _INT, _BOOL = "float", "double", "int", "bool"
 _SCALARS = {"scalar_float": torch.float32, "scalar_double": torch.float64, "scalar_int": torch.int64}
 
 
+_COPY_SCALARS = True  # call model 3; benchmarks/dump_overhead.py sets it False to price the copy (call model 2)
 _DOT_FROM = 1 << 16  # elements
 _WIDTH = {_FLOAT: 4, _DOUBLE: 4, _INT: 2, _BOOL: 2, "scalar_float": 1, "scalar_double": 1, "scalar_int": 1}
 
@@ -87,7 +88,7 @@ class StatsBuffer:
                 kind = "scalar_int"
             # a copy, never the tensor itself (``.to`` of its own dtype aliases): read back at step end, an alias
             # would show the value after the op (AdamW's ``step_t += 1``) and after any later in-place change
-            values = (t.to(_SCALARS[kind], copy=True),)
+            values = (t.to(_SCALARS[kind], copy=_COPY_SCALARS),)
         elif dtype is torch.bool:
             kind, values = _BOOL, (t.any(), t.all())
         elif dtype.is_floating_point:
