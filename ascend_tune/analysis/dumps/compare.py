@@ -5,7 +5,8 @@ family, ``fuzzy=True`` by call order for every API; arguments by the parameter t
 not record against the default it stands for. So a builtin dump and a msprobe dump of the same run pair slot for
 slot though the engines record some calls differently.
 
-Metrics and msprobe's verdicts: :mod:`.metrics` and :mod:`.verdicts`; the CSV and JSON written: :mod:`.table`.
+How two tensors differ (msprobe's metrics) and msprobe's verdicts: :mod:`.differences` and :mod:`.verdicts`; the
+CSV and JSON written: :mod:`.table`.
 
 **First divergence**: :mod:`.divergence`.
 """
@@ -19,9 +20,9 @@ from typing import Optional
 import numpy as np
 
 from ...errors import InputError
-from . import calls, metrics, pairing, tolerance, verdicts
+from . import calls, differences, pairing, tolerance, verdicts
+from .differences import StatsDiff, TensorMetrics
 from .divergence import Closest, FirstDivergence, Uncertain, first_divergence, walk
-from .metrics import StatsDiff, TensorMetrics
 from .model import Dump, Leaf, Stats
 from .pairing import OpPair, match_key, match_ops
 
@@ -127,8 +128,8 @@ def _rows(pairs: list, base: Dump, target: Dump, tensor_mode: bool, rtol: Option
     numeric = [i for i, (_, a) in enumerate(raw) if _numeric(a.target) and _numeric(a.base)]
     t_stats = np.array([raw[i][1].target.stats for i in numeric], dtype=np.float64).reshape(-1, len(Stats._fields))
     b_stats = np.array([raw[i][1].base.stats for i in numeric], dtype=np.float64).reshape(-1, len(Stats._fields))
-    diffs = metrics.statistics_diffs(t_stats, b_stats)
-    stat_error = metrics.statistics_error(t_stats, b_stats)
+    diffs = differences.statistics_diffs(t_stats, b_stats)
+    stat_error = differences.statistics_error(t_stats, b_stats)
     by_row = {i: n for n, i in enumerate(numeric)}
     engines = _engines(base, target)
     regrouped = {k for k, pair in enumerate(pairs) if _regrouped(pair)}
@@ -161,7 +162,7 @@ def _rows(pairs: list, base: Dump, target: Dump, tensor_mode: bool, rtol: Option
             if tensor_mode:
                 tensor, error, reason = _tensor_compare(target, base, t, b, error, reason, tol, view)
         else:
-            error, reason = metrics.leaf_error(t, b, arg.parameter)
+            error, reason = differences.leaf_error(t, b, arg.parameter)
             if arg.stand_in:
                 note = f"{arg.stand_in} does not record {arg.parameter}: its default is compared"
         rows.append(dict(
@@ -286,7 +287,7 @@ def _tensor_compare(target: Dump, base: Dump, t: Leaf, b: Leaf, error: float, re
         return None, error, reason
     if view:
         t_data, b_data = t_data.reshape(-1), b_data.reshape(-1)
-    values, data_error, note = metrics.tensor_metrics(t_data, b_data)
+    values, data_error, note = differences.tensor_metrics(t_data, b_data)
     if reason.startswith(("dtype", "shape")):
         return values, error, reason
     if data_error > tol:
@@ -311,7 +312,8 @@ def _judge(pairs: list, rows: list, tensor_mode: bool) -> None:
             thousandth=r["tensor"].one_thousandth if r["tensor"] and not r["_uncompared"] else None,
             same_elements=r["note"].startswith("shape"),
         ) for r in group]
-        judged = verdicts.judge(pair.name, views, tensor_mode) if pair.matched else [("pass", ())] * len(group)
+        judged = (verdicts.msprobe_results(pair.name, views, tensor_mode) if pair.matched
+                  else [("pass", ())] * len(group))
         for r, (result, messages) in zip(group, judged):
             r["result"], r["messages"] = result, messages
         start = end

@@ -13,7 +13,7 @@ import math
 from typing import Any, Optional
 
 from .compare import CompareRow, DumpComparison
-from .metrics import COLUMNS, StatsDiff, TensorMetrics, columns_of
+from .differences import COLUMNS, StatsDiff, TensorMetrics, columns_of
 from .model import Leaf, Stats
 
 HEAD = ["NPU Name", "Bench Name", "NPU Dtype", "Bench Dtype", "NPU Tensor Shape", "Bench Tensor Shape",

@@ -1,6 +1,6 @@
 """How far two correct runs may differ: THE tolerances of a dump comparison, per dtype, op family and size.
 
-**Agreement of one tensor** (the error is measured against the tensor's magnitude, see :mod:`.metrics`): within the
+**Agreement of one tensor** (the error is measured against the tensor's magnitude, see :mod:`.differences`): within the
 tolerance of its dtype (:data:`TOLERANCE`: float64 1e-10, float32 1e-5, float16 2e-3, bfloat16 2e-2; integers and
 bools exactly), the coarser of the two runs' dtypes. Mean and Norm are reductions two engines sum in different orders:
 :func:`reduction_tolerance` widens them by ``8 * u * sqrt(n)`` (u the accumulating dtype's unit roundoff, n the
@@ -23,12 +23,17 @@ divide, normalise or take a sign (:data:`AMPLIFYING`: AdamW's ``addcdiv_`` divid
 give: beyond their kernel tolerance, with inputs that differ, they are **uncertain**, not a divergence. An op whose
 inputs agree exactly is held to its kernel tolerance alone: a fault in the op itself is always named.
 
-Measured margins: docs/precision.md ("How close is close enough").
+**A replayed call** (task="replay", :mod:`.replay`) is judged against float64 by :data:`STANDARDS`, per dtype: the
+rounding of a correct kernel, one to two orders of magnitude wide.
+
+Measured margins: docs/precision.md ("Whole steps and right-but-different kernels").
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Optional
 
 # one set of dtype spellings: torch's (``torch.float32``), numpy's and the aliases torch keeps (``half``, ``double``)
@@ -128,6 +133,48 @@ def unseen(error: float, input_dtype: str, output_dtype: str) -> float:
 def explained(error: float, kernel: float, carried_error: float) -> bool:
     """Whether an output ``error`` is within its ``kernel`` tolerance plus what its inputs carried (GAIN times)."""
     return error <= kernel + GAIN * carried_error
+
+
+# --- the replay's standards: a call replayed on the CPU in float64, judged per dtype (analysis/dumps/replay.py) ---
+
+@dataclass(frozen=True)
+class Standard:
+    """The limits one dtype's results are judged by (see the module docstring)."""
+
+    dtype: str
+    rtol: float
+    max_err_ratio: float
+    max_norm_err: float
+
+    def as_dict(self) -> dict:
+        """A JSON-ready dict."""
+        return {"dtype": self.dtype, "rtol": self.rtol, "max_err_ratio": self.max_err_ratio,
+                "max_norm_err": self.max_norm_err}
+
+    def text(self) -> str:
+        """One CSV cell: ``float32: rtol 0.0001, err_ratio <= 0.001, norm_err <= 0.0001``."""
+        return (f"{self.dtype}: rtol {self.rtol:g}, err_ratio <= {self.max_err_ratio:g}, "
+                f"norm_err <= {self.max_norm_err:g}")
+
+
+# unit roundoff u: float64 2^-53, float32 2^-24, float16 2^-11, bfloat16 2^-8
+STANDARDS = {
+    "float64": Standard("float64", 1e-9, 1e-3, 1e-10),
+    "float32": Standard("float32", 1e-4, 1e-3, 1e-4),
+    "float16": Standard("float16", 2.0 ** -7, 1e-2, 2.0 ** -8),
+    "bfloat16": Standard("bfloat16", 2.0 ** -4, 1e-2, 2.0 ** -5),
+    "exact": Standard("exact", 0.0, 0.0, 0.0),  # integer and bool results
+}
+_PRECISION_ORDER = ("bfloat16", "float16", "float32", "float64")
+
+
+def standard_for(dtypes: Iterable[str]) -> Standard:
+    """The standard of the least precise floating dtype among ``dtypes``; ``exact`` when none is floating."""
+    names = {dtype_name(d) for d in dtypes}
+    for name in _PRECISION_ORDER:
+        if name in names:
+            return STANDARDS[name]
+    return STANDARDS["exact"]
 
 
 def _short(api: Optional[str]) -> str:
