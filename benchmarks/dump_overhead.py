@@ -105,6 +105,34 @@ def run_builtin(kind: str, steps: int, level: str, out: str, selected: Any, task
         return timed_steps(model, optimizer, x, y, steps)
 
 
+def scalar_copies(kind: str) -> tuple:
+    """(0-d tensors a dumped L1 step describes, microseconds a copy adds to one): the cost of recording them as the
+    op received them, counted and timed apart from the noise of whole steps."""
+    from ascend_tune.precision import stats
+
+    seen = [0]
+    compute = stats.StatsBuffer._compute
+
+    def counting(self, t):
+        seen[0] += not t.dim()
+        return compute(self, t)
+
+    stats.StatsBuffer._compute = counting
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            run_builtin(kind, 2, "L1", tmp, [])
+    finally:
+        stats.StatsBuffer._compute = compute
+    scalar, best = torch.tensor(3.0), {}
+    for copy in (False, True):
+        for _ in range(5):
+            start = time.process_time()
+            for _ in range(10000):
+                scalar.to(torch.float32, copy=copy)
+            best[copy] = min(best.get(copy, float("inf")), (time.process_time() - start) / 10000)
+    return seen[0] / 2, 1e6 * (best[True] - best[False])
+
+
 def median_ms(times: list, warmup: int) -> float:
     return 1000 * statistics.median(times[warmup:])
 
@@ -205,6 +233,9 @@ def main(argv=None) -> int:
         if args.as_received:
             print(f"    {'builtin L1, 0-d arguments aliased':<42} {best['L1 aliased'] / bare:6.2f}x bare   "
                   f"recording them as received costs {best['L1'] / best['L1 aliased'] - 1:+.1%} of the dumped step")
+            count, us = scalar_copies(kind)
+            print(f"    {count:.0f} 0-d tensors per dumped step x {us:.2f} us a copy = {count * us / 1000:.3f} ms: "
+                  f"{count * us / 10 / best['L1']:.2f}% of the dumped step, {count * us / 10 / bare:.2f}% of the bare")
     return 0
 
 

@@ -1,8 +1,9 @@
 """The first divergence holds on whole training steps (forward, backward, the optimizer's step) on every pairing of
 builtin and msprobe dumps: identical runs pass with AdamW / Adam / SGD(momentum), for-loop and foreach; a value-only
-fault in an in-place kernel of the step is named at that op; SDPA's math backend against the default CPU kernel
-(both correct) compares as aligned in float32 and bfloat16 autocast; a dump of the previous version reads and
-compares. The dumps come from tests/scripts/step_dumps.py, msprobe's in subprocesses (it patches torch for good).
+fault in an in-place kernel of the step is named at that op; right-but-different kernels (SDPA's math backend
+against the default CPU kernel in float32 and bfloat16 autocast, matmuls summed in blocks in another order,
+deterministic algorithms on) compare as aligned; a dump of the previous version reads and compares. The dumps come
+from tests/scripts/step_dumps.py, msprobe's in subprocesses (it patches torch for good).
 """
 
 from __future__ import annotations
@@ -74,12 +75,14 @@ def test_a_faulty_in_place_kernel_of_the_step_is_named_on_every_pairing(dumps, c
 
 
 @pytest.mark.parametrize("base,target", PAIRINGS)
-@pytest.mark.parametrize("steps", [(0, 1), (2, 3)], ids=["float32", "bf16_autocast"])
-def test_sdpa_math_against_the_default_kernel_is_aligned_on_every_pairing(dumps, capsys, steps, base, target):
+@pytest.mark.parametrize("steps", [(0, 1), (2, 3), (0, 4), (0, 5)],
+                         ids=["sdpa_float32", "sdpa_bf16_autocast", "blocked_matmul", "deterministic"])
+def test_right_but_different_kernels_are_aligned_on_every_pairing(dumps, capsys, steps, base, target):
     code, summary = compare(capsys, step(dumps, base, "gpt", steps[0]), step(dumps, target, "gpt", steps[1]))
     assert code == 0, summary["first_divergence"]
     closest = summary["closest"]
-    assert closest is not None and 0 < closest["ratio"] <= 1, closest
+    if steps != (0, 5) or base != target:  # deterministic algorithms change nothing on the CPU: bitwise equal
+        assert closest is not None and 0 < closest["ratio"] <= 1, closest
     # AdamW's first update divides by sqrt(v) ~ |grad|: gradients that agree to 1e-7 give updates 1e-4 apart
     for entry in summary["uncertain"]:
         assert entry["carried"] > 0 and entry["error"] > entry["tolerance"], entry

@@ -9,7 +9,8 @@ any dump), so steps with the same setting are identical runs:
   implementations, twice each; ``adamw`` adds a value-only fault in an in-place kernel of the step (``aten::addcdiv_``
   or ``aten::lerp_`` overridden on the CPU with torch.library for that step: the result is 5% off the update);
 - ``gpt``: a small GPT with AdamW, SDPA's default CPU kernel against its math backend, in float32 and under bfloat16
-  autocast: right-but-different kernels, both correct.
+  autocast; then every ``aten::mm`` / ``aten::addmm`` on the CPU computed in blocks of K summed in reverse order,
+  and ``torch.use_deterministic_algorithms(True)``: right-but-different kernels, all correct.
 
 tests/data/dump_v0_1_adamw holds step 0 of ``adamw`` dumped by the builtin engine at commit f03ba44 (ascend_tune
 0.1.0, call model 2: before the engine recorded a 0-d argument as the op received it).
@@ -30,7 +31,7 @@ SCENARIOS = {
     "adamw": ("loop", "loop", "foreach", "foreach", "addcdiv_fault", "lerp_fault"),
     "adam": ("loop", "loop", "foreach", "foreach"),
     "sgd": ("loop", "loop", "foreach", "foreach"),
-    "gpt": ("default", "math", "bf16_default", "bf16_math"),
+    "gpt": ("default", "math", "bf16_default", "bf16_math", "blocked_mm", "deterministic"),
 }
 FAULT = 1.05  # the faulty kernel's update is 5% too large
 
@@ -58,6 +59,48 @@ def fault(op):
         lib._destroy()
 
 
+def _blocks(a, b):
+    """a @ b summed over K in blocks of 8, last block first: another correct order of the same sums."""
+    aten, k = torch.ops.aten, a.shape[-1]
+    parts = [aten.bmm.default(a[:, i:i + 8].unsqueeze(0), b[i:i + 8].unsqueeze(0))[0] for i in range(0, k, 8)]
+    out = parts[-1]
+    for part in reversed(parts[:-1]):
+        out = aten.add.Tensor(out, part)
+    return out
+
+
+def _mm(a, b):
+    return _blocks(a, b)
+
+
+def _addmm(bias, a, b, *, beta=1, alpha=1):
+    aten = torch.ops.aten
+    return aten.add.Tensor(aten.mul.Scalar(bias, beta), aten.mul.Scalar(_blocks(a, b), alpha))
+
+
+@contextlib.contextmanager
+def blocked_matmul():
+    """Every CPU mm / addmm summed in another order (aten's own ops inside: neither engine's hooks see them)."""
+    lib = torch.library.Library("aten", "IMPL")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lib.impl("mm", _mm, "CPU")
+        lib.impl("addmm", _addmm, "CPU")
+    try:
+        yield
+    finally:
+        lib._destroy()
+
+
+@contextlib.contextmanager
+def deterministic():
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(False)
+
+
 def optimizer_for(kind, params):
     if kind == "sgd":
         return torch.optim.SGD(params, lr=1e-2, momentum=0.9, foreach=False)
@@ -69,6 +112,10 @@ def setting(scenario):
     stack = contextlib.ExitStack()
     if scenario.endswith("_fault"):
         stack.enter_context(fault(scenario[: -len("fault")]))
+    if scenario == "blocked_mm":
+        stack.enter_context(blocked_matmul())
+    if scenario == "deterministic":
+        stack.enter_context(deterministic())
     if scenario.startswith("bf16"):
         stack.enter_context(torch.autocast("cpu", dtype=torch.bfloat16))
     if scenario.endswith("math"):
