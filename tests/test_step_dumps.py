@@ -16,6 +16,7 @@ import sys
 
 import pytest
 
+from ascend_tune.analysis.dumps import evaluate
 from ascend_tune.analysis.dumps.read import read_dump
 from ascend_tune.cli import main
 from ascend_tune.precision.backends import msprobe_installed
@@ -39,6 +40,20 @@ def dumps(tmp_path_factory):
         for proc in procs:
             out, _ = proc.communicate(timeout=600)
             assert proc.returncode == 0, out[-3000:]
+    return root
+
+
+@pytest.fixture(scope="module")
+def tensor_dumps(tmp_path_factory):
+    """The builtin engine's tensor-mode dumps of ``gpt`` and ``adamw`` (OUT/builtin/{gpt,adamw}_tensor)."""
+    root = tmp_path_factory.mktemp("tensor_steps")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(HERE), os.environ.get("PYTHONPATH", "")]),
+               OMP_NUM_THREADS="1")
+    procs = [subprocess.Popen([sys.executable, SCRIPT, str(root), "builtin", kind, "tensor"], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, env=env) for kind in ("gpt", "adamw")]
+    for proc in procs:
+        out, _ = proc.communicate(timeout=600)
+        assert proc.returncode == 0, out[-3000:]
     return root
 
 
@@ -113,3 +128,31 @@ def test_a_dump_of_the_previous_version_compares_with_a_new_one(dumps, capsys, t
         rows = {row["NPU Name"]: row for row in csv.DictReader(fh)}
     assert "not compared" in rows["Tensor.__iadd__.0.forward.input.0"]["Err_message"]
     assert rows["Tensor.__iadd__.0.forward.output.0"]["Result"] == "pass"
+
+
+@pytest.mark.parametrize("base,target", PAIRINGS)
+def test_a_fault_in_an_op_whose_inputs_already_differ_is_uncertain_from_statistics(dumps, capsys, base, target):
+    # SDPA's math backend upstream and a faulty addcdiv_: statistics cannot tell the fault from amplified drift
+    code, summary = compare(capsys, step(dumps, base, "gpt", 0), step(dumps, target, "gpt", 6))
+    assert summary["first_divergence"] is None and code == 0
+    assert any(u["op"].startswith("Tensor.addcdiv_.") for u in summary["uncertain"]), summary["uncertain"]
+
+
+def test_in_tensor_mode_an_op_is_evaluated_again_from_its_own_inputs(tensor_dumps, capsys):
+    gpt = tensor_dumps / "builtin" / "gpt_tensor" / "dump"
+    for steps in ((0, 1), (2, 3), (0, 4)):  # right-but-different kernels: nothing left uncertain
+        code, summary = compare(capsys, gpt / f"step{steps[0]}", gpt / f"step{steps[1]}")
+        assert summary["mode"] == "tensor" and code == 0, summary["first_divergence"]
+        assert summary["uncertain"] == [], summary["uncertain"]
+    # the same fault statistics left uncertain: each run's addcdiv_ against what its own inputs give
+    code, summary = compare(capsys, gpt / "step0", gpt / "step6")
+    first = summary["first_divergence"]
+    assert code == 1 and first["op"] == "Tensor.addcdiv_.0.forward", first
+    assert "is not what its own inputs give" in first["reason"], first
+    adamw = tensor_dumps / "builtin" / "adamw_tensor" / "dump"
+    good, bad = read_dump(adamw / "step0"), read_dump(adamw / "step4")
+    name = "Tensor.addcdiv_.0.forward"
+    assert evaluate.own_error(good, good.by_name[name]) < 1e-6 < 1e-4 < evaluate.own_error(bad, bad.by_name[name])
+    code, summary = compare(capsys, adamw / "step0", adamw / "step4")
+    assert code == 1 and summary["first_divergence"]["op"] == name
+

@@ -1,16 +1,18 @@
 """Run by tests/test_step_dumps.py in a subprocess (msprobe patches torch for good): whole training steps (forward,
 backward, the optimizer's step) dumped at statistics / L1 through TrainingMonitor, one scenario per step.
 
-Usage: python step_dumps.py OUT ENGINE KIND. Writes OUT/ENGINE/KIND/dump/step{K}/<rank folder>, K = the index of
-SCENARIOS[KIND]. Before each step the model and the optimizer's state are put back to where they started (outside
-any dump), so steps with the same setting are identical runs:
+Usage: python step_dumps.py OUT ENGINE KIND [TASK]. Writes OUT/ENGINE/KIND/dump/step{K}/<rank folder> (TASK
+"tensor": OUT/ENGINE/KIND_tensor/...), K = the index of SCENARIOS[KIND]. Before each step the model and the
+optimizer's state are put back to where they started (outside any dump), so steps with the same setting are
+identical runs:
 
 - ``adamw``, ``adam``, ``sgd`` (SGD with momentum): a two-layer MLP; "loop" and "foreach" are the optimizer's two
   implementations, twice each; ``adamw`` adds a value-only fault in an in-place kernel of the step (``aten::addcdiv_``
   or ``aten::lerp_`` overridden on the CPU with torch.library for that step: the result is 5% off the update);
 - ``gpt``: a small GPT with AdamW, SDPA's default CPU kernel against its math backend, in float32 and under bfloat16
   autocast; then every ``aten::mm`` / ``aten::addmm`` on the CPU computed in blocks of K summed in reverse order,
-  and ``torch.use_deterministic_algorithms(True)``: right-but-different kernels, all correct.
+  and ``torch.use_deterministic_algorithms(True)``: right-but-different kernels, all correct; last, the math
+  backend with the faulty ``addcdiv_``: a fault in an op whose inputs already differ.
 
 tests/data/dump_v0_1_adamw holds step 0 of ``adamw`` dumped by the builtin engine at commit f03ba44 (ascend_tune
 0.1.0, call model 2: before the engine recorded a 0-d argument as the op received it).
@@ -31,7 +33,7 @@ SCENARIOS = {
     "adamw": ("loop", "loop", "foreach", "foreach", "addcdiv_fault", "lerp_fault"),
     "adam": ("loop", "loop", "foreach", "foreach"),
     "sgd": ("loop", "loop", "foreach", "foreach"),
-    "gpt": ("default", "math", "bf16_default", "bf16_math", "blocked_mm", "deterministic"),
+    "gpt": ("default", "math", "bf16_default", "bf16_math", "blocked_mm", "deterministic", "math_addcdiv_fault"),
 }
 FAULT = 1.05  # the faulty kernel's update is 5% too large
 
@@ -110,21 +112,22 @@ def optimizer_for(kind, params):
 def setting(scenario):
     """The context a step of ``scenario`` runs its forward, backward and optimizer step in."""
     stack = contextlib.ExitStack()
-    if scenario.endswith("_fault"):
-        stack.enter_context(fault(scenario[: -len("fault")]))
+    for op in ("addcdiv_", "lerp_"):
+        if scenario.endswith(f"{op}fault"):
+            stack.enter_context(fault(op))
     if scenario == "blocked_mm":
         stack.enter_context(blocked_matmul())
     if scenario == "deterministic":
         stack.enter_context(deterministic())
     if scenario.startswith("bf16"):
         stack.enter_context(torch.autocast("cpu", dtype=torch.bfloat16))
-    if scenario.endswith("math"):
+    if "math" in scenario:
         from torch.nn.attention import SDPBackend, sdpa_kernel
         stack.enter_context(sdpa_kernel(SDPBackend.MATH))
     return stack
 
 
-def run(out, engine, kind):
+def run(out, engine, kind, task="statistics"):
     scenarios = SCENARIOS[kind]
     torch.manual_seed(0)
     if kind == "gpt":
@@ -137,8 +140,9 @@ def run(out, engine, kind):
     optimizer = optimizer_for(kind, model.parameters())
     loader = DataLoader(TensorDataset(x.repeat(len(scenarios), 1), y.repeat(len(scenarios), *[1] * (y.dim() - 1))),
                         batch_size=len(x))
-    with TrainingMonitor(model, optimizer, loader, log_dir=os.path.join(out, engine, kind), quiet=True, tune=False,
-                         precision=dict(backend=engine, task="statistics", level="L1", steps=[])):
+    folder = kind if task == "statistics" else f"{kind}_{task}"
+    with TrainingMonitor(model, optimizer, loader, log_dir=os.path.join(out, engine, folder), quiet=True, tune=False,
+                         precision=dict(backend=engine, task=task, level="L1", steps=[])):
         for step, (xb, yb) in enumerate(loader):
             scenario = scenarios[step]
             for group in optimizer.param_groups:
@@ -154,4 +158,4 @@ def run(out, engine, kind):
 
 if __name__ == "__main__":
     torch.set_num_threads(1)
-    run(*sys.argv[1:4])
+    run(*sys.argv[1:5])

@@ -115,7 +115,7 @@ def compare_dumps(
         mode = "tensor" if base.has_tensors and target.has_tensors else "statistics"
     pairs = match_ops(base, target, fuzzy)
     rows = _rows(pairs, base, target, mode == "tensor", rtol)
-    first, uncertain, closest = walk(pairs, rows, target)
+    first, uncertain, closest = walk(pairs, rows, target, base if mode == "tensor" else None)
     return DumpComparison(base.label, target.label, mode, fuzzy, tuple(pairs), tuple(rows), first, rtol, base.engine,
                           target.engine, uncertain, closest)
 

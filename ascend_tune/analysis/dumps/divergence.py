@@ -10,16 +10,18 @@ record (construct.json's unrecorded ops in between are listed); that op is named
 
 An op whose inputs already differ (an earlier op's right-but-different kernel) is judged against what those
 differences carry (:mod:`.tolerance`): within it, the walk goes on (an op that divides or normalises beyond it is
-*uncertain*, listed, not a divergence); beyond it, the op is the divergence.
+*uncertain*, listed, not a divergence); beyond it, the op is the divergence. Where both dumps saved tensors, such an
+op is evaluated again from its own inputs in each run instead (:mod:`.evaluate`): its output within its kernel
+tolerance of what they give passes, beyond it is the divergence.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
-from . import calls, tolerance
+from . import calls, evaluate, tolerance
 from .model import Dump, Op
 
 
@@ -65,9 +67,19 @@ def first_divergence(pairs: list, rows: list, target: Dump) -> Optional[FirstDiv
     return walk(pairs, rows, target)[0]
 
 
-def walk(pairs: list, rows: list, target: Dump) -> tuple:
+def walk(pairs: list, rows: list, target: Dump, base: Optional[Dump] = None) -> tuple:
     """``(first divergence or None, uncertain ops, closest row or None)``, walking TARGET's ops in execution order
-    (see the module docstring)."""
+    (see the module docstring); with ``base`` and tensors saved in both dumps, an op whose inputs differ is evaluated
+    again from them (:mod:`.evaluate`)."""
+    evaluated = None
+    if base is not None and base.has_tensors and target.has_tensors:
+        ops = {pair.name: pair for pair in pairs if pair.matched}
+
+        def evaluated(name: str) -> Optional[tuple]:
+            pair = ops.get(name)
+            errors = (evaluate.own_error(target, pair.target), evaluate.own_error(base, pair.base)) if pair else None
+            return errors if errors and None not in errors else None
+
     by_pair: dict = {}
     for row in rows:
         by_pair.setdefault(row.pair, []).append(row)
@@ -91,7 +103,7 @@ def walk(pairs: list, rows: list, target: Dump) -> tuple:
         skipped = _unrecorded_between(target, last_agreeing, pair.name)
         if len(bad_tensors) == len(bad_inputs) and (not bad_tensors or drifted and all(map(_drift, bad_tensors))):
             # no argument differs, and a tensor input that differs carries an earlier op's drift
-            verdict = _explain(pair.name, own, bad_outputs)
+            verdict = _explain(pair.name, own, bad_outputs, evaluated)
             if isinstance(verdict, str):
                 worst = max(bad_outputs, key=lambda r: r.error)
                 return _named(pair.target, "output", verdict, worst, None, skipped), tuple(uncertain), None
@@ -120,9 +132,12 @@ def walk(pairs: list, rows: list, target: Dump) -> tuple:
     return None, tuple(uncertain), closest
 
 
-def _explain(name: str, own: list, bad_outputs: list) -> Any:
+def _explain(name: str, own: list, bad_outputs: list, evaluated: Optional[Callable] = None) -> Any:
     """None when every output of an op is within its kernel tolerance plus what its inputs carried; an
-    :class:`Uncertain` when an amplifying op's is not; else the reason its output diverges (one line)."""
+    :class:`Uncertain` when an amplifying op's is not; else the reason its output diverges (one line).
+
+    ``evaluated(name)``: (TARGET's, BASE's) own error of the op evaluated again from its saved inputs, or None
+    (:mod:`.evaluate`); where it answers, it decides."""
     if not bad_outputs:
         return None
     worst = max(bad_outputs, key=lambda r: r.error)
@@ -137,6 +152,14 @@ def _explain(name: str, own: list, bad_outputs: list) -> Any:
     if not unexplained:
         return None
     worst = max(unexplained, key=lambda r: r.error)
+    own_errors = evaluated(name) if evaluated is not None else None
+    if own_errors is not None:  # tensor mode: each run's output against what its own inputs give
+        t_err, b_err = own_errors
+        if t_err <= worst.tolerance:
+            return None
+        return (f"{worst.slot} is not what its own inputs give: off by {t_err:.3g} of its magnitude in TARGET "
+                f"(BASE's: {b_err:.3g}; tolerance {worst.tolerance:.3g}), evaluated again in float64 from the saved "
+                "tensors")
     if tolerance.amplifies(calls.api_of(name, backward=True)):
         return Uncertain(name, f"{name}.{worst.slot}", worst.error, worst.tolerance, carried)
     return (f"{worst.slot} differs beyond what its inputs' differences explain: {worst.reason}; its inputs carried "
