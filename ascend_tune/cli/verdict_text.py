@@ -126,7 +126,7 @@ def dump_lines(result: DumpComparison, written: tuple = ()) -> list:
     ]
     first = result.first
     if first is None:
-        lines.append(f"  first divergence: none; {aligned_line(result)}")
+        lines.append(f"  first divergence: none; {result.closeness()}")
     else:
         where = f" (in {first.parent})" if first.parent else ""
         lines.append(f"  first divergence: {first.op}{where}")
@@ -136,20 +136,6 @@ def dump_lines(result: DumpComparison, written: tuple = ()) -> list:
         lines.append(f"  wrote {', '.join(written)}")
     lines.append(f"  verdict: {'PASS' if result.passed else 'DIVERGED'}")
     return lines
-
-
-def aligned_line(result: DumpComparison) -> str:
-    """How close two runs that do not diverge came: the row nearest its tolerance, and the uncertain ops."""
-    closest = result.closest
-    line = (f"aligned, worst op {closest.op} ({closest.slot}) at {closest.ratio:.2g} of its tolerance" if closest
-            else "aligned, every compared output equal")
-    if result.uncertain:
-        first = result.uncertain[0]
-        line += (f"; {len(result.uncertain)} op(s) that divide or normalise differ beyond tolerance where their "
-                 f"inputs already differed (uncertain: first {first.op}, {first.error:.3g} against "
-                 f"{first.tolerance:.3g}, its inputs carried {first.carried:.3g}); dump with task='tensor' to see "
-                 "their elements")
-    return line
 
 
 def op_lines(label: str, ops: list) -> list:

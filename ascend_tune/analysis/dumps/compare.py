@@ -84,6 +84,20 @@ class DumpComparison:
     def only_base(self) -> int:
         return sum(1 for p in self.pairs if p.target is None)
 
+    def closeness(self) -> str:
+        """How close runs that do not diverge came (one line): the output nearest its tolerance, and the ops left
+        uncertain."""
+        closest = self.closest
+        line = (f"aligned, worst op {closest.op} ({closest.slot}) at {closest.ratio:.2g} of its tolerance" if closest
+                else "aligned, every compared output equal")
+        if self.uncertain:
+            first = self.uncertain[0]
+            line += (f"; {len(self.uncertain)} op(s) that divide or normalise differ beyond tolerance where their "
+                     f"inputs already differed (uncertain: first {first.op}, {first.error:.3g} against "
+                     f"{first.tolerance:.3g}, its inputs carried {first.carried:.3g}); dump with task='tensor' to "
+                     "decide them")
+        return line
+
     @property
     def passed(self) -> bool:
         """No op diverges beyond tolerance and no row is an error by msprobe's rules.
