@@ -141,10 +141,10 @@ def _explain(name: str, own: list, bad_outputs: list, evaluated: Optional[Callab
     if not bad_outputs:
         return None
     worst = max(bad_outputs, key=lambda r: r.error)
-    inputs = [(tolerance.unseen(r.error, r.target.dtype, worst.target.dtype), _magnitude(r))  # type: ignore
-              for r in own if r.role == "input" and _drift(r, numeric_only=True)]
     if not all(_drift(r) for r in bad_outputs):
         return f"its inputs agree but {worst.slot} does not: {worst.reason}"
+    inputs = [(tolerance.unseen(r.error, r.target.dtype, worst.target.dtype), _magnitude(r))
+              for r in own if r.role == "input" and _drift(r, numeric_only=True)]
     carried = tolerance.carried(inputs, _magnitude(worst))
     if not carried:
         return f"its inputs agree but {worst.slot} does not: {worst.reason}"
