@@ -85,7 +85,7 @@ def walk(pairs: list, rows: list, target: Dump, base: Optional[Dump] = None) -> 
         by_pair.setdefault(row.pair, []).append(row)
     unmatched: list = []
     last_agreeing: Optional[str] = None
-    drifted = False  # an earlier op's output was beyond tolerance, as its own inputs explained
+    drift = 0.0  # the largest output error of earlier ops beyond tolerance that their own inputs explained
     uncertain: list = []
     closest: Optional[Closest] = None
     for k, pair in enumerate(pairs):
@@ -101,7 +101,7 @@ def walk(pairs: list, rows: list, target: Dump, base: Optional[Dump] = None) -> 
             continue
         bad_tensors = [r for r in bad_inputs if (r.target or r.base).kind == "tensor"]  # type: ignore[union-attr]
         skipped = _unrecorded_between(target, last_agreeing, pair.name)
-        if len(bad_tensors) == len(bad_inputs) and (not bad_tensors or drifted and all(map(_drift, bad_tensors))):
+        if len(bad_tensors) == len(bad_inputs) and all(_carries(r, drift) for r in bad_tensors):
             # no argument differs, and a tensor input that differs carries an earlier op's drift
             verdict = _explain(pair.name, own, bad_outputs, evaluated)
             if isinstance(verdict, str):
@@ -109,7 +109,7 @@ def walk(pairs: list, rows: list, target: Dump, base: Optional[Dump] = None) -> 
                 return _named(pair.target, "output", verdict, worst, None, skipped), tuple(uncertain), None
             if isinstance(verdict, Uncertain):
                 uncertain.append(verdict)
-            drifted = drifted or bool(bad_outputs)
+            drift = max([drift] + [r.error for r in bad_outputs])
             unmatched = []
             continue
         if not bad_tensors:  # an argument differs
@@ -164,6 +164,12 @@ def _explain(name: str, own: list, bad_outputs: list, evaluated: Optional[Callab
         return Uncertain(name, f"{name}.{worst.slot}", worst.error, worst.tolerance, carried)
     return (f"{worst.slot} differs beyond what its inputs' differences explain: {worst.reason}; its inputs carried "
             f"{carried:.3g}, which it may amplify {tolerance.GAIN:g}x")
+
+
+def _carries(row: Any, drift: float) -> bool:
+    """Whether an input that differs can be an earlier drift carried on: a numeric difference no larger than GAIN
+    times the largest drift seen (an unrecorded ``x * 1.01`` after a 1e-6 drift is not)."""
+    return _drift(row) and row.error <= tolerance.GAIN * drift + row.tolerance
 
 
 def _drift(row: Any, numeric_only: bool = False) -> bool:
