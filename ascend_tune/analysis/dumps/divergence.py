@@ -85,7 +85,7 @@ def walk(pairs: list, rows: list, target: Dump, base: Optional[Dump] = None) -> 
         by_pair.setdefault(row.pair, []).append(row)
     unmatched: list = []
     last_agreeing: Optional[str] = None
-    drift = 0.0  # the largest output error of earlier ops beyond tolerance that their own inputs explained
+    drift = 0.0  # the largest output error of the earlier ops that passed (within tolerance, or explained)
     uncertain: list = []
     closest: Optional[Closest] = None
     for k, pair in enumerate(pairs):
@@ -98,6 +98,7 @@ def walk(pairs: list, rows: list, target: Dump, base: Optional[Dump] = None) -> 
         closest = _closer(closest, pair.name, own)
         if not bad_inputs and not bad_outputs:
             unmatched, last_agreeing = [], pair.name
+            drift = _drift_after(drift, own)
             continue
         bad_tensors = [r for r in bad_inputs if (r.target or r.base).kind == "tensor"]  # type: ignore[union-attr]
         skipped = _unrecorded_between(target, last_agreeing, pair.name)
@@ -109,7 +110,7 @@ def walk(pairs: list, rows: list, target: Dump, base: Optional[Dump] = None) -> 
                 return _named(pair.target, "output", verdict, worst, None, skipped), tuple(uncertain), None
             if isinstance(verdict, Uncertain):
                 uncertain.append(verdict)
-            drift = max([drift] + [r.error for r in bad_outputs])
+            drift = _drift_after(drift, own)
             unmatched = []
             continue
         if not bad_tensors:  # an argument differs
@@ -164,6 +165,11 @@ def _explain(name: str, own: list, bad_outputs: list, evaluated: Optional[Callab
         return Uncertain(name, f"{name}.{worst.slot}", worst.error, worst.tolerance, carried)
     return (f"{worst.slot} differs beyond what its inputs' differences explain: {worst.reason}; its inputs carried "
             f"{carried:.3g}, which it may amplify {tolerance.GAIN:g}x")
+
+
+def _drift_after(drift: float, own: list) -> float:
+    """The drift seen so far, with an op's outputs that passed (a matmul's may pass beyond its dtype's tolerance)."""
+    return max([drift] + [r.error for r in own if r.role == "output" and _drift(r, numeric_only=True)])
 
 
 def _carries(row: Any, drift: float) -> bool:
