@@ -61,3 +61,13 @@ def test_an_input_difference_far_beyond_the_drift_seen_is_named(tmp_path, capsys
     code, summary = compare(tmp_path, capsys, chain(1.0), chain(1.0 + 5e-5, mul_input=2.02))
     first = summary["first_divergence"]
     assert code == 1 and first["op"] == "Tensor.__mul__.0.forward" and first["kind"] == "inputs", first
+
+
+def test_a_reduction_may_differ_by_its_length(tmp_path, capsys):
+    def total(value):
+        return {"Torch.sum.0.forward": op([tensor(1.0)], tensor(value, value, value, value, shape=()))}
+
+    code, summary = compare(tmp_path / "a", capsys, total(100.0), total(100.0 * (1 + 2e-4)))  # 4096 terms: 4.9e-4
+    assert code == 0 and summary["first_divergence"] is None
+    code, summary = compare(tmp_path / "b", capsys, total(100.0), total(100.0 * (1 + 1e-3)))
+    assert code == 1 and summary["first_divergence"]["op"] == "Torch.sum.0.forward"

@@ -193,10 +193,11 @@ def _rows(pairs: list, base: Dump, target: Dump, tensor_mode: bool, rtol: Option
 
 def _reduction_length(pair: OpPair, output: Leaf) -> int:
     """How many products or terms one element of ``output`` sums: a forward matmul-like op's K (the last dimension
-    of its first input); a backward's gradient that is smaller than the gradient it received (a weight's, summed
-    over the batch) the ratio of their sizes; else 0."""
+    of its first input); a reduction's output, or a backward's gradient that is smaller than the gradient it
+    received (a weight's, summed over the batch), the ratio of their sizes; else 0."""
     op = pair.target or pair.base
-    if pair.name.endswith(".backward"):
+    reduction = (calls.api_of(pair.name) or "").rpartition(".")[2] in tolerance.REDUCTIONS
+    if pair.name.endswith(".backward") or reduction:
         sizes = [math.prod(leaf.shape) for leaf in op.leaves  # type: ignore[union-attr]
                  if leaf.role == "input" and leaf.kind == "tensor" and leaf.shape is not None]
         out = math.prod(output.shape) if output.kind == "tensor" and output.shape is not None else 0

@@ -9,8 +9,9 @@ element count), capped for fp32 at 5e-4 so a 1e-3 drift is still caught.
 **Right-but-different kernels** (:func:`kernel_tolerance`): a GPU -> NPU port swaps kernels. A matmul-like op (linear,
 matmul, bmm, conv, SDPA) sums ``K`` products per output element, in an order its kernel chooses; its output may
 differ by ``2 * u * K`` of its magnitude (the worst case of a blocked sum; u of fp32, the accumulator of every half
-precision kernel), no less than its dtype's tolerance, capped like a reduction. Elementwise ops stay at their dtype's
-tolerance.
+precision kernel), no less than its dtype's tolerance, capped like a reduction; a reduction op (sum, mean, norm,
+the losses: :data:`REDUCTIONS`) the same with K its input's size over its output's. Elementwise ops stay at their
+dtype's tolerance.
 
 **Differences an op received** (:func:`explained`): an op whose inputs already differ (within their own tolerance)
 passes the difference on. Its output is judged against what its inputs explain: ``kernel tolerance + GAIN * carried``,
@@ -51,6 +52,10 @@ GAIN = 4.0
 MATMUL = frozenset({"linear", "matmul", "mm", "bmm", "addmm", "baddbmm", "__matmul__", "__rmatmul__", "einsum",
                     "conv1d", "conv2d", "conv3d", "scaled_dot_product_attention", "bilinear"})
 """APIs whose output elements are sums of K products (K: the last dimension of their first input)."""
+REDUCTIONS = frozenset({"sum", "mean", "nansum", "nanmean", "cumsum", "cumprod", "prod", "norm", "vector_norm",
+                        "cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "binary_cross_entropy",
+                        "binary_cross_entropy_with_logits", "kl_div", "_foreach_norm", "logsumexp"})
+"""APIs whose output elements sum many input elements (K: the input's size over the output's)."""
 AMPLIFYING = frozenset({
     "div", "div_", "__truediv__", "__itruediv__", "__rtruediv__", "true_divide", "true_divide_", "addcdiv",
     "addcdiv_", "_foreach_addcdiv_", "_foreach_div", "_foreach_div_", "reciprocal", "reciprocal_", "rsqrt",
@@ -97,9 +102,9 @@ def reduction_tolerance(tolerance: float, dtype: str, numel: int, override: Opti
 
 def kernel_tolerance(api: Optional[str], tolerance: float, dtype: str, length: int,
                      override: Optional[float] = None) -> float:
-    """The tolerance of an output of ``api`` (``Functional.linear``): a matmul-like op's widened by its reduction
-    ``length`` K, any other op's ``tolerance`` as it is."""
-    if override is not None or not tolerance or not length or _short(api) not in MATMUL:
+    """The tolerance of an output of ``api`` (``Functional.linear``): a matmul-like op's or a reduction's widened by
+    its reduction ``length`` K, any other op's ``tolerance`` as it is (elementwise ops stay tight)."""
+    if override is not None or not tolerance or not length or _short(api) not in MATMUL | REDUCTIONS:
         return tolerance
     return max(tolerance, min(_KERNEL_SPREAD * _roundoff(dtype) * length, _CAP))
 
