@@ -127,7 +127,7 @@ def dump_lines(result: DumpComparison, written: tuple = ()) -> list:
     ]
     first = result.first
     if first is None:
-        lines.append("  first divergence: none, every op agrees within tolerance")
+        lines.append(f"  first divergence: none; {result.closeness()}")
     else:
         where = f" (in {first.parent})" if first.parent else ""
         lines.append(f"  first divergence: {first.op}{where}")
