@@ -25,9 +25,9 @@ from . import capture, device, metrics, sinks
 from .callbacks import Callback, CallbackSet, build_features
 from .context import RunContext, detect_rank, detect_world_size
 from .errors import ConfigError, check_option_names
-from .formats.atomic import Outputs
 from .formats.run_dir import RunDir
 from .optimizer_watch import OptimizerWatch
+from .outputs import Outputs
 from .sigterm import SigtermHandler
 from .steps import OPTIMIZER, WATCH, ClosedStep, StepTracker
 

@@ -6,9 +6,9 @@
   ``<log_dir>/tensorboard`` through ``torch.utils.tensorboard`` (the ``tensorboard`` extra, imported only when on).
 
 Each line of log.txt and metrics.jsonl reaches the OS in one ``os.write`` the moment it is made
-(:class:`~ascend_tune.formats.atomic.LineFile`): a killed run loses at most the step being written, and nothing is
+(:class:`~ascend_tune.outputs.LineFile`): a killed run loses at most the step being written, and nothing is
 buffered in Python. A sink that cannot write is switched off through the run's
-:class:`~ascend_tune.formats.atomic.Outputs` (one warning, recorded in summary.json); the others go on.
+:class:`~ascend_tune.outputs.Outputs` (one warning, recorded in summary.json); the others go on.
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from typing import Any, Callable, Optional, Protocol, TextIO
 from .config import env_switch
 from .errors import ConfigError, OutputError
 from .formats import run_dir as names
-from .formats.atomic import LineFile, Outputs
 from .formats.log_line import TIME_FORMAT, format_log_line
 from .formats.run_dir import RunDir
 from .metrics import Window
+from .outputs import LineFile, Outputs
 
 logger = logging.getLogger("ascend_tune")
 # The console rule: log lines (and the few lines meant for the user's eyes, such as tuning's one line) go to

@@ -277,7 +277,7 @@ def test_sigint_keeps_working_and_the_sigterm_handler_is_restored(setup, tmp_pat
 def test_a_sigterm_during_a_write_waits_for_it_and_a_forked_child_only_passes_it_on():
     import contextlib
 
-    from ascend_tune.formats.atomic import Outputs
+    from ascend_tune.outputs import Outputs
     from ascend_tune.sigterm import SigtermHandler
 
     seen = []

@@ -1,4 +1,4 @@
-"""The one fail-soft write path (formats.atomic.Outputs, LineFile) and the hand-written metrics.jsonl line."""
+"""The one fail-soft write path (outputs.Outputs, LineFile) and the hand-written metrics.jsonl line."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from ascend_tune import metrics, sinks
 from ascend_tune.errors import OutputError
-from ascend_tune.formats.atomic import LineFile, Outputs, make_below, write_atomic
+from ascend_tune.formats.atomic import make_below, write_atomic
+from ascend_tune.outputs import LineFile, Outputs
 from ascend_tune.steps import ClosedStep
 
 
