@@ -2,7 +2,7 @@
 
 The monitor only composes and owns lifetimes (one ExitStack): the capture (:mod:`.capture`: backward patch,
 optimizer hooks, GradScaler, loader wrap) feeds events to a :class:`~.steps.StepTracker`, whose closed steps drive
-the features' callbacks and the step clock (:mod:`.metrics`), whose log windows go to the sinks (:mod:`.sinks`).
+the features' callbacks and the step clock (:mod:`.step_clock`), whose log windows go to the sinks (:mod:`.sinks`).
 How a step and its loss are seen is documented in :mod:`.steps`.
 
 Features are built and entered in the order of :data:`~.callbacks.FEATURES`, then the user's own callbacks; each
@@ -21,10 +21,11 @@ from typing import Any, Optional
 
 import torch
 
-from . import capture, device, metrics, sinks
+from . import capture, device, sinks, step_clock
 from .callbacks import Callback, CallbackSet, build_features
 from .context import RunContext, detect_rank, detect_world_size
 from .errors import ConfigError, check_option_names
+from .events import RunEvents
 from .formats.run_dir import RunDir
 from .optimizer_watch import OptimizerWatch
 from .outputs import Outputs
@@ -190,7 +191,7 @@ class TrainingMonitor:
             self._callbacks.exit(self._ctx, exc_type)
             # the monitor's only collective, once; skipped when the block raised or was interrupted, since the
             # other ranks may never reach it
-            across = None if interrupted_by else self._events.contained("the ranks' summary", metrics.gather_ranks,
+            across = None if interrupted_by else self._events.contained("the ranks' summary", step_clock.gather_ranks,
                                                                  self.totals, self.rank, self.world_size)
             self._finished = True
             # closed before summary.json is written, so that what failed while closing (tuning.json's last
@@ -292,8 +293,8 @@ class TrainingMonitor:
 
     def _reset_state(self) -> None:
         self.run_dir = RunDir(self.log_dir)
-        self.clock = metrics.StepClock(self.start_step)
-        self.totals = metrics.RunTotals(self.start_step, self.warmup_steps)
+        self.clock = step_clock.StepClock()
+        self.totals = step_clock.RunTotals(self.start_step, self.warmup_steps)
         self._tracker = StepTracker(
             self.start_step, self._on_step_end, self._on_commit,
             source=OPTIMIZER if self.optimizer is not None else WATCH, optimizer=self.optimizer,
@@ -303,7 +304,7 @@ class TrainingMonitor:
         self._scaled: Optional[tuple] = None
         self._reads: list = []
         self._sinks: list = []
-        self._events = sinks.EventLog(self.rank)
+        self._events = RunEvents(self.rank)
         self._outputs = Outputs(warn=self._events.warn)
         self._callbacks = CallbackSet([], [], self._events.warn)
         self._finished = False  # the block has ended: hooks still reached (a SIGTERM mid-step) do nothing
@@ -347,14 +348,14 @@ class TrainingMonitor:
 
     def _log_window(self) -> None:
         entries, seconds, samples = self.clock.close_window()
-        read = metrics.read_back(entries, lag=True)
+        read = step_clock.read_back(entries, lag=True)
         self._reads.append((read, seconds, samples, self.epoch))
         self._drain(force=False)
 
     def _drain(self, force: bool) -> None:
         while self._reads and self._reads[0][0].ready(force):
             read, seconds, samples, epoch = self._reads.pop(0)
-            window = metrics.make_window(read.entries, seconds, samples, read.values())
+            window = step_clock.make_window(read.entries, seconds, samples, read.values())
             self.totals.add(window)
             if self._sinks:
                 context = {  # what sinks.window_record adds to the window in metrics.jsonl

@@ -242,16 +242,16 @@ def test_a_users_callback_error_is_the_users_own(setup, tmp_path):
 
 
 def test_a_bug_in_the_step_log_costs_the_log_not_the_run(setup, tmp_path, monkeypatch, caplog):
-    from ascend_tune import TrainingMonitor, metrics
+    from ascend_tune import TrainingMonitor, step_clock
 
-    real = metrics.make_window
+    real = step_clock.make_window
 
     def make_window(entries, *args):
         if entries[0].step == 3:
             raise ZeroDivisionError("our maths")
         return real(entries, *args)
 
-    monkeypatch.setattr(metrics, "make_window", make_window)
+    monkeypatch.setattr(step_clock, "make_window", make_window)
     model, optimizer, loader = setup
     with caplog.at_level("WARNING", logger="ascend_tune"):
         with TrainingMonitor(model, optimizer, loader, log_dir=tmp_path, quiet=True):

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ascend_tune import metrics, sinks
+from ascend_tune import sinks, step_clock
 from ascend_tune.errors import OutputError
 from ascend_tune.formats.atomic import make_below, write_atomic
 from ascend_tune.outputs import LineFile, Outputs
@@ -138,7 +138,7 @@ _floats = st.floats(allow_nan=True, allow_infinity=True, width=64)
 )
 def test_the_hand_written_metrics_line_is_jsons_line(losses, seconds, samples, first, epoch, rank, warmup, memory):
     entries = [ClosedStep(first + i, None, None, i == 0, 0.0, 1796119648.123456 + i) for i in range(len(losses))]
-    window = metrics.make_window(entries, seconds, samples, losses)
+    window = step_clock.make_window(entries, seconds, samples, losses)
     context = {"epoch": epoch, "rank": rank, "world_size": rank + 1, "warmup": warmup, "memory_mib": memory}
     line = sinks.metrics_line(window, context)
     assert line == sinks.json_line(sinks.window_record(window, **context))

@@ -131,16 +131,14 @@ class StepClock:
     device, ``samples``, ``skipped``, ``at`` = ``time.perf_counter()`` and ``wall`` = ``time.time()`` at its end).
     """
 
-    def __init__(self, start_step: int = 0):
-        self.next_step = start_step
-        self.started = time.perf_counter()
-        self._window_start = self.started
+    def __init__(self) -> None:
+        self._window_start = time.perf_counter()
         self._entries: list = []
         self._samples: Optional[int] = 0
 
     def commit(self, closed: Any) -> Any:
-        """Count one closed step (a :class:`~ascend_tune.steps.ClosedStep`, kept as it is); steps come in order."""
-        self.next_step = closed.step + 1
+        """Count one closed step (a :class:`~ascend_tune.steps.ClosedStep`, kept as it is); steps come in order
+        (numbered by the :class:`~ascend_tune.steps.StepTracker`, the one step counter)."""
         self._entries.append(closed)
         if closed.samples is None or self._samples is None:
             self._samples = None
