@@ -253,8 +253,13 @@ class TrainingMonitor:
 
     def _on_backward(self, tensor: torch.Tensor) -> None:
         try:
-            with capture.internal():
-                loss = (tensor if self._scaled is None else self._unscaled(tensor)).detach()
+            if self._scaled is not None:
+                tensor = self._unscaled(tensor)
+            if torch._C._len_torch_function_stack():  # a function mode (a dump, the detector) would see the detach
+                with capture.internal():
+                    loss = tensor.detach()
+            else:
+                loss = tensor.detach()
             if self._watch is not None:
                 self._watch.before_backward(tensor)
             self._tracker.backward(loss)
@@ -310,6 +315,8 @@ class TrainingMonitor:
         self._finished = False  # the block has ended: hooks still reached (a SIGTERM mid-step) do nothing
         self._log_broken = False
         self._entered_at = time.time()
+        self._warmup_end = self.totals.warmup.end  # a window that begins before it holds warm-up steps
+        self._device_memory = self.device is not None and self.device.kind in ("cuda", "npu")  # else no figure
 
     @property
     def _models(self) -> tuple:
@@ -334,39 +341,52 @@ class TrainingMonitor:
     def _on_commit(self, closed: ClosedStep) -> None:
         if self._finished or self._log_broken:
             return
-        # a SIGTERM waits until the lines are written; our reads are our own work (no dump or detector sees them)
-        with self._outputs, capture.internal():
-            try:
-                if self._reads:
-                    self._drain(force=True)  # a read started at the previous log step is due now
-                entry = self.clock.commit(closed)
-                if (entry.step + 1) % self.log_every == 0:
-                    self._log_window()
-            except Exception as exc:
-                self._log_broken = True  # the step log stops; the features and the loop go on
-                self._events.failed("the step log", exc)
+        try:
+            self.clock.commit(closed)
+            log_step = (closed.step + 1) % self.log_every == 0
+            if log_step or self._reads:
+                with self._outputs:  # a SIGTERM waits until the lines are written
+                    if torch._C._len_torch_function_stack():  # our reads are our own work: no dump or detector
+                        with capture.internal():               # under a function mode sees them
+                            self._log(log_step)
+                    else:
+                        self._log(log_step)
+        except Exception as exc:
+            self._log_broken = True  # the step log stops; the features and the loop go on
+            self._events.failed("the step log", exc)
+
+    def _log(self, log_step: bool) -> None:
+        if self._reads:
+            self._drain(force=True)  # a read started at the previous log step is due now
+        if log_step:
+            self._log_window()
 
     def _log_window(self) -> None:
         entries, seconds, samples = self.clock.close_window()
         read = step_clock.read_back(entries, lag=True)
-        self._reads.append((read, seconds, samples, self.epoch))
-        self._drain(force=False)
+        if not self._reads and read.ready(False):  # on the host, or a device without events: written now
+            self._write_window(read, seconds, samples, self.epoch)
+        else:
+            self._reads.append((read, seconds, samples, self.epoch))
+            self._drain(force=False)
 
     def _drain(self, force: bool) -> None:
         while self._reads and self._reads[0][0].ready(force):
-            read, seconds, samples, epoch = self._reads.pop(0)
-            window = step_clock.make_window(read.entries, seconds, samples, read.values())
-            self.totals.add(window)
-            if self._sinks:
-                context = {  # what sinks.window_record adds to the window in metrics.jsonl
-                    "epoch": epoch,
-                    "rank": self.rank,
-                    "world_size": self.world_size,
-                    "warmup": self.totals.warmup.holds(window.first_step),
-                    "memory_mib": device.peak_memory_mib(self.device.kind) if self.device else None,
-                }
-                for sink in self._sinks:
-                    sink.write(window, context)
+            self._write_window(*self._reads.pop(0))
+
+    def _write_window(self, read: Any, seconds: float, samples: Optional[int], epoch: int) -> None:
+        window = step_clock.make_window(read.entries, seconds, samples, read.values())
+        self.totals.add(window)
+        if self._sinks:
+            context = {  # what sinks.window_record adds to the window in metrics.jsonl
+                "epoch": epoch,
+                "rank": self.rank,
+                "world_size": self.world_size,
+                "warmup": window.first_step < self._warmup_end,
+                "memory_mib": device.peak_memory_mib(self.device.kind) if self._device_memory else None,
+            }
+            for sink in self._sinks:
+                sink.write(window, context)
 
     # --- outputs ---------------------------------------------------------------------------------------------------
 

@@ -108,20 +108,28 @@ def read_back(entries: list, lag: bool) -> _PendingRead:
     if not tensors:
         return _PendingRead(entries, [], None, None)
     if not lag or tensors[0].is_cpu:  # a host tensor is read where it lies: nothing to wait for
-        if len(tensors) > 1:
-            dev = tensors[0].device
-            tensors = [t.to(dev).reshape(()) for t in tensors]
-        return _PendingRead(entries, tensors, None, None)
-    dev = tensors[0].device
-    tensors = [t.to(dev).reshape(()) for t in tensors]
-    stacked = torch.stack(tensors).float()
+        return _PendingRead(entries, [_stacked(tensors)] if len(tensors) > 1 else tensors, None, None)
+    stacked = _stacked(tensors)
     host = torch.empty(stacked.shape, dtype=stacked.dtype, pin_memory=True)
     host.copy_(stacked, non_blocking=True)
-    event = device.new_event(dev.type)
+    event = device.new_event(stacked.device.type)
     if event is None:  # no event API for this device: fall back to a plain read at the next step
         return _PendingRead(entries, [stacked], None, None)
     event.record()
     return _PendingRead(entries, [], host, event)
+
+
+def _stacked(tensors: list) -> torch.Tensor:
+    """The step losses as one float 1-d tensor on the first one's device, in one ``stack`` when they are alike
+    (0-dim on one device, the usual case); else each moved and made 0-dim first."""
+    try:
+        stacked = torch.stack(tensors)
+        if stacked.numel() == len(tensors):
+            return stacked.float().reshape(-1)
+    except RuntimeError:  # shapes or devices differ
+        pass
+    dev = tensors[0].device
+    return torch.stack([t.to(dev).reshape(()) for t in tensors]).float()
 
 
 class StepClock:
