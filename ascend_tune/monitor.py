@@ -253,13 +253,12 @@ class TrainingMonitor:
 
     def _on_backward(self, tensor: torch.Tensor) -> None:
         try:
-            if self._scaled is not None:
-                tensor = self._unscaled(tensor)
+            loss = tensor if self._scaled is None else self._unscaled(tensor)
             if torch._C._len_torch_function_stack():  # a function mode (a dump, the detector) would see the detach
                 with capture.internal():
-                    loss = tensor.detach()
+                    loss = loss.detach()
             else:
-                loss = tensor.detach()
+                loss = loss.detach()
             if self._watch is not None:
                 self._watch.before_backward(tensor)
             self._tracker.backward(loss)
@@ -345,21 +344,15 @@ class TrainingMonitor:
             self.clock.commit(closed)
             log_step = (closed.step + 1) % self.log_every == 0
             if log_step or self._reads:
-                with self._outputs:  # a SIGTERM waits until the lines are written
-                    if torch._C._len_torch_function_stack():  # our reads are our own work: no dump or detector
-                        with capture.internal():               # under a function mode sees them
-                            self._log(log_step)
-                    else:
-                        self._log(log_step)
+                # a SIGTERM waits for the lines; our reads are our own work (no dump or detector sees them)
+                with self._outputs, capture.internal():
+                    if self._reads:
+                        self._drain(force=True)  # a read started at the previous log step is due now
+                    if log_step:
+                        self._log_window()
         except Exception as exc:
             self._log_broken = True  # the step log stops; the features and the loop go on
             self._events.failed("the step log", exc)
-
-    def _log(self, log_step: bool) -> None:
-        if self._reads:
-            self._drain(force=True)  # a read started at the previous log step is due now
-        if log_step:
-            self._log_window()
 
     def _log_window(self) -> None:
         entries, seconds, samples = self.clock.close_window()
@@ -378,13 +371,9 @@ class TrainingMonitor:
         window = step_clock.make_window(read.entries, seconds, samples, read.values())
         self.totals.add(window)
         if self._sinks:
-            context = {  # what sinks.window_record adds to the window in metrics.jsonl
-                "epoch": epoch,
-                "rank": self.rank,
-                "world_size": self.world_size,
-                "warmup": window.first_step < self._warmup_end,
-                "memory_mib": device.peak_memory_mib(self.device.kind) if self._device_memory else None,
-            }
+            context = {"epoch": epoch, "rank": self.rank, "world_size": self.world_size,  # what sinks.window_record
+                       "warmup": window.first_step < self._warmup_end,                   # adds in metrics.jsonl
+                       "memory_mib": device.peak_memory_mib(self.device.kind) if self._device_memory else None}
             for sink in self._sinks:
                 sink.write(window, context)
 
