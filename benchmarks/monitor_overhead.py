@@ -12,8 +12,10 @@ over the repeats:
 - the seed's snippet the monitor replaces: ``loss.item()`` and a ``logging`` line to a file every step.
 
 Goals: <= 15 us a step at ``log_every=1`` and <= 8 us at ``log_every=10``.
-``--cnn`` adds whole runs on a ~5 ms CNN step (monitored against bare, the same interleaving).
-Usage: python benchmarks/monitor_overhead.py [--steps 2000] [--repeats 7] [--cnn]
+``--cnn`` adds whole runs on a ~5 ms CNN step (monitored against bare, the same interleaving). ``--hooks`` adds the
+monitor's own path alone (the torch work stubbed: a no-op backward and optimizer), thread CPU time, the fastest of
+30 interleaved blocks: steadier than whole runs on a loaded machine, but not end to end.
+Usage: python benchmarks/monitor_overhead.py [--steps 2000] [--repeats 7] [--cnn] [--hooks]
 """
 
 from __future__ import annotations
@@ -145,11 +147,52 @@ def added_per_step(seconds: dict, steps: int) -> dict:
             for name, runs in seconds.items() if name != "bare"}
 
 
+class _NoopOptimizer(torch.optim.Optimizer):
+    def __init__(self, params):
+        super().__init__(params, {})
+
+    def step(self, closure=None):
+        return None
+
+
+def hooks_only(log_every: int, steps: int = 1000, blocks: int = 30) -> float:
+    """Seconds a step the monitor's own path adds with the torch work stubbed (see the module docstring)."""
+    def noop(tensors, *args, **kwargs):
+        return None
+
+    real, torch.autograd.backward = torch.autograd.backward, noop  # the monitor wraps this no-op
+    try:
+        p = nn.Parameter(torch.ones(2))
+        loss, batch = (p * 2).sum(), [torch.zeros(2, 4), torch.zeros(2, dtype=torch.long)]
+        hooked, other = _NoopOptimizer([p]), _NoopOptimizer([p])
+        loader = DataLoader(TensorDataset(torch.zeros(4, 4)), batch_size=2)
+        bare, monitored = [], []
+        with tempfile.TemporaryDirectory() as tmp:
+            with TrainingMonitor(None, hooked, loader, log_dir=tmp, log_every=log_every, quiet=True, tune=False):
+                on_batch, backward = loader.__dict__["_ascend_tune_marks"][2], torch.autograd.backward
+                for _ in range(blocks):
+                    start = time.thread_time()
+                    for _ in range(steps):
+                        noop(loss)
+                        other.step()
+                    middle = time.thread_time()
+                    for _ in range(steps):
+                        on_batch(batch)  # what the wrapped loader calls for each batch
+                        backward(loss)
+                        hooked.step()
+                    bare.append(middle - start)
+                    monitored.append(time.thread_time() - middle)
+    finally:
+        torch.autograd.backward = real
+    return (min(monitored) - min(bare)) / steps
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--cnn", action="store_true", help="also whole runs on a ~5 ms CNN step (200 steps)")
+    parser.add_argument("--hooks", action="store_true", help="also the monitor's own path, torch work stubbed")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     modes = {"bare": run_bare, **{f"monitor log_every={k}": run_monitored(k) for k in (1, 10, 100)},
@@ -162,6 +205,11 @@ def main(argv=None) -> int:
         goal = GOALS.get(int(name.rsplit("=", 1)[1])) if name.startswith("monitor") else None
         shown = f"  (goal <= {goal:.0f} us)" if goal is not None else ""
         print(f"  {name:<28} {cost * 1e6:6.1f} us/step{shown}")
+    if args.hooks:
+        hooks_only(1, blocks=2)  # warm
+        print("monitor_overhead: the monitor's own path alone (torch work stubbed; thread CPU time, fastest block):")
+        for k in (1, 10, 100):
+            print(f"  monitor log_every={k:<3}        {hooks_only(k) * 1e6:6.1f} us/step")
     if args.cnn:
         cnn = interleaved({name: modes[name] for name in ("bare", "monitor log_every=1", "monitor log_every=10")},
                           make_cnn_setup, 200, args.repeats)
