@@ -83,13 +83,11 @@ class _PendingRead:
     def _values(self) -> list:
         if self._host is not None:
             flat = self._host.numpy().tolist()
-        elif len(self._tensors) == 1:  # log_every=1: one scalar (or a (1,) loss, or the stacked ones), one read
+        elif self._tensors:  # one scalar at log_every=1 (or a (1,) loss), else the window's losses stacked: one read
             value = self._tensors[0].tolist()
             if len(self.entries) == 1 and type(value) is float:
                 return [value]
             flat = value if isinstance(value, list) else [value]
-        elif self._tensors:
-            flat = torch.stack(self._tensors).float().tolist()
         else:
             flat = []
         it = iter(flat)
