@@ -293,8 +293,6 @@ class TrainingMonitor:
         self._finished = False  # the block has ended: hooks still reached (a SIGTERM mid-step) do nothing
         self._log_broken = False
         self._entered_at = time.time()
-        self._warmup_end = self.totals.warmup.end  # a window that begins before it holds warm-up steps
-        self._device_memory = self.device is not None and self.device.kind in ("cuda", "npu")  # else no figure
 
     @property
     def _models(self) -> tuple:
@@ -351,8 +349,8 @@ class TrainingMonitor:
         self.totals.add(window)
         if self._sinks:
             context = {"epoch": epoch, "rank": self.rank, "world_size": self.world_size,  # what sinks.window_record
-                       "warmup": window.first_step < self._warmup_end,                   # adds in metrics.jsonl
-                       "memory_mib": device.peak_memory_mib(self.device.kind) if self._device_memory else None}
+                       "warmup": self.totals.warmup.holds(window.first_step),            # adds in metrics.jsonl
+                       "memory_mib": device.peak_memory_mib(self.device.kind) if self.device else None}
             for sink in self._sinks:
                 sink.write(window, context)
 
