@@ -36,7 +36,7 @@ def patch_backward(
     @functools.wraps(original)
     def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
         depth = getattr(_local, "depth", 0)
-        loss = _scalar(tensors) if depth == 0 and not in_internal() else None
+        loss = None if depth or in_internal() else _scalar(tensors)
         if loss is not None:
             on_loss(loss)
         _local.depth = depth + 1
@@ -53,6 +53,8 @@ def patch_backward(
 
 
 def _scalar(tensors: Any) -> Optional[torch.Tensor]:
+    if type(tensors) is torch.Tensor:  # loss.backward(): the usual case first
+        return tensors if tensors.numel() == 1 else None
     if isinstance(tensors, (list, tuple)) and len(tensors) == 1:
         tensors = tensors[0]
     if isinstance(tensors, torch.Tensor) and tensors.numel() == 1:
@@ -234,14 +236,15 @@ def _unwrap(loader: Any, original: type) -> None:
 
 def batch_size(batch: Any) -> Optional[int]:
     """Samples in a batch: the first dimension of the batch tensor, or of the first tensor it holds."""
-    if isinstance(batch, torch.Tensor):
-        return int(batch.shape[0]) if batch.dim() > 0 else None
-    if isinstance(batch, dict):
-        batch = list(batch.values())
-    if isinstance(batch, (list, tuple)):
+    if isinstance(batch, (list, tuple)):  # the default collate's (inputs, targets) first: it runs every batch
         for item in batch:
             if isinstance(item, torch.Tensor) and item.dim() > 0:
-                return int(item.shape[0])
+                return item.size(0)
+        return None
+    if isinstance(batch, torch.Tensor):
+        return batch.size(0) if batch.dim() > 0 else None
+    if isinstance(batch, dict):
+        return batch_size(list(batch.values()))
     return None
 
 

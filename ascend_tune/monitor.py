@@ -2,7 +2,7 @@
 
 The monitor only composes and owns lifetimes (one ExitStack): the capture (:mod:`.capture`: backward patch,
 optimizer hooks, GradScaler, loader wrap) feeds events to a :class:`~.steps.StepTracker`, whose closed steps drive
-the features' callbacks and the step clock (:mod:`.metrics`), whose log windows go to the sinks (:mod:`.sinks`).
+the features' callbacks and the step clock (:mod:`.step_clock`), whose log windows go to the sinks (:mod:`.sinks`).
 How a step and its loss are seen is documented in :mod:`.steps`.
 
 Features are built and entered in the order of :data:`~.callbacks.FEATURES`, then the user's own callbacks; each
@@ -21,15 +21,16 @@ from typing import Any, Optional
 
 import torch
 
-from . import capture, device, metrics, sinks
+from . import capture, device, sinks, step_clock
 from .callbacks import CallbackSet, build_features
 from .context import RunContext, detect_rank, detect_world_size
 from .errors import ConfigError
-from .formats.atomic import Outputs
+from .events import RunEvents
 from .formats.run_dir import RunDir
 from .host_times import HostTimes
 from .optimizer_watch import OptimizerWatch
 from .options import MonitorOptions, check_objects
+from .outputs import Outputs
 from .recording.frames import internal
 from .sigterm import SigtermHandler
 from .steps import OPTIMIZER, WATCH, ClosedStep, StepTracker
@@ -170,7 +171,7 @@ class TrainingMonitor:
             self._callbacks.exit(self._ctx, exc_type)
             # the monitor's only collective, once; skipped when the block raised or was interrupted, since the
             # other ranks may never reach it
-            across = None if interrupted_by else self._events.contained("the ranks' summary", metrics.gather_ranks,
+            across = None if interrupted_by else self._events.contained("the ranks' summary", step_clock.gather_ranks,
                                                                  self.totals, self.rank, self.world_size)
             self._finished = True
             # closed before summary.json is written, so that what failed while closing (tuning.json's last
@@ -232,8 +233,12 @@ class TrainingMonitor:
 
     def _on_backward(self, tensor: torch.Tensor) -> None:
         try:
-            with internal():
-                loss = (tensor if self._scaled is None else self._unscaled(tensor)).detach()
+            loss = tensor if self._scaled is None else self._unscaled(tensor)
+            if torch._C._len_torch_function_stack():  # a function mode (a dump, the detector) would see the detach
+                with internal():
+                    loss = loss.detach()
+            else:
+                loss = loss.detach()
             if self._watch is not None:
                 self._watch.before_backward(tensor)
             self._tracker.backward(loss)
@@ -274,8 +279,8 @@ class TrainingMonitor:
 
     def _reset_state(self) -> None:
         self.run_dir = RunDir(self.log_dir)
-        self.clock = metrics.StepClock(self.start_step)
-        self.totals = metrics.RunTotals(self.start_step, self.warmup_steps)
+        self.clock = step_clock.StepClock()
+        self.totals = step_clock.RunTotals(self.start_step, self.warmup_steps)
         self._tracker = StepTracker(
             self.start_step, self._on_step_end, self._on_commit,
             source=OPTIMIZER if self.optimizer is not None else WATCH, optimizer=self.optimizer,
@@ -286,7 +291,7 @@ class TrainingMonitor:
         self._reads: list = []
         self._host = HostTimes()
         self._sinks: list = []
-        self._events = sinks.EventLog(self.rank)
+        self._events = RunEvents(self.rank)
         self._outputs = Outputs(warn=self._events.warn)
         self._callbacks = CallbackSet([], [], self._events.warn)
         self._finished = False  # the block has ended: hooks still reached (a SIGTERM mid-step) do nothing
@@ -316,40 +321,44 @@ class TrainingMonitor:
     def _on_commit(self, closed: ClosedStep) -> None:
         if self._finished or self._log_broken:
             return
-        # a SIGTERM waits until the lines are written; our reads are our own work (no dump or detector sees them)
-        with self._outputs, internal():
-            try:
-                if self._reads:
-                    self._drain(force=True)  # a read started at the previous log step is due now
-                entry = self.clock.commit(closed)
-                if (entry.step + 1) % self.log_every == 0:
-                    self._log_window()
-            except Exception as exc:
-                self._log_broken = True  # the step log stops; the features and the loop go on
-                self._events.failed("the step log", exc)
+        try:
+            self.clock.commit(closed)
+            log_step = (closed.step + 1) % self.log_every == 0
+            if log_step or self._reads:
+                # a SIGTERM waits for the lines; our reads are our own work (no dump or detector sees them)
+                with self._outputs, internal():
+                    if self._reads:
+                        self._drain(force=True)  # a read started at the previous log step is due now
+                    if log_step:
+                        self._log_window()
+        except Exception as exc:
+            self._log_broken = True  # the step log stops; the features and the loop go on
+            self._events.failed("the step log", exc)
 
     def _log_window(self) -> None:
         entries, seconds, samples = self.clock.close_window()
-        read = metrics.read_back(entries, lag=True)
-        self._reads.append((read, seconds, samples, self.epoch, self._host.take()))
-        self._drain(force=False)
+        read = step_clock.read_back(entries, lag=True)
+        host = self._host.take()
+        if not self._reads and read.ready(False):  # on the host, or a device without events: written now
+            self._write_window(read, seconds, samples, self.epoch, host)
+        else:
+            self._reads.append((read, seconds, samples, self.epoch, host))
+            self._drain(force=False)
 
     def _drain(self, force: bool) -> None:
         while self._reads and self._reads[0][0].ready(force):
-            read, seconds, samples, epoch, host = self._reads.pop(0)
-            window = metrics.make_window(read.entries, seconds, samples, read.values())
-            self.totals.add(window)
-            if self._sinks:
-                context = {  # what sinks.window_record adds to the window in metrics.jsonl
-                    "epoch": epoch,
-                    "rank": self.rank,
-                    "world_size": self.world_size,
-                    "warmup": self.totals.warmup.holds(window.first_step),
-                    "memory_mib": device.peak_memory_mib(self.device.kind) if self.device else None,
-                    "host_s": host,  # where the window's host time went (host_times.py)
-                }
-                for sink in self._sinks:
-                    sink.write(window, context)
+            self._write_window(*self._reads.pop(0))
+
+    def _write_window(self, read: Any, seconds: float, samples: Optional[int], epoch: int, host: Any) -> None:
+        window = step_clock.make_window(read.entries, seconds, samples, read.values())
+        self.totals.add(window)
+        if self._sinks:
+            context = {"epoch": epoch, "rank": self.rank, "world_size": self.world_size,  # what sinks.window_record
+                       "warmup": self.totals.warmup.holds(window.first_step),            # adds in metrics.jsonl
+                       "memory_mib": device.peak_memory_mib(self.device.kind) if self.device else None,
+                       "host_s": host}  # where the window's host time went (host_times.py)
+            for sink in self._sinks:
+                sink.write(window, context)
 
     # --- outputs ---------------------------------------------------------------------------------------------------
 

@@ -42,16 +42,25 @@ OPTIMIZER, WATCH, BACKWARD = "optimizer", "watch", "backward"
 SOURCES = (OPTIMIZER, WATCH, BACKWARD)
 
 
-@dataclass
 class ClosedStep:
-    """One step as it ended: its number, its loss (a device tensor or None), its samples and times."""
+    """One step as it ended: its number, its loss (a device tensor or None), its samples and times.
 
-    step: int
-    loss: Any
-    samples: Optional[int]
-    skipped: bool
-    at: float  # time.perf_counter() when the step ended
-    wall: float  # time.time() when the step ended
+    A plain class with slots, not a dataclass: one is made every step.
+    """
+
+    __slots__ = ("step", "loss", "samples", "skipped", "at", "wall")
+
+    def __init__(self, step: int, loss: Any, samples: Optional[int], skipped: bool, at: float, wall: float):
+        self.step = step
+        self.loss = loss
+        self.samples = samples
+        self.skipped = skipped
+        self.at = at  # time.perf_counter() when the step ended
+        self.wall = wall  # time.time() when the step ended
+
+    def __repr__(self) -> str:
+        return (f"ClosedStep(step={self.step}, loss={self.loss!r}, samples={self.samples}, skipped={self.skipped}, "
+                f"at={self.at}, wall={self.wall})")
 
 
 @dataclass
@@ -134,8 +143,13 @@ class StepTracker:
             if self._closure_loss is None:
                 self._closure_loss = loss
             return
-        self.commit()
-        self._add(loss)
+        if self._closed is not None:
+            self.commit()
+        if self._loss is None:  # the usual case, one backward a step: no call, no tensor work
+            self._loss = loss
+            self._backwards += 1
+        else:
+            self._add(loss)
         self._last = loss
 
     def backward_done(self) -> None:
@@ -158,10 +172,12 @@ class StepTracker:
     def optimizer_pre(self, optimizer: Any = None, steps_model: Optional[bool] = None) -> None:
         """``optimizer.step()`` begins; only the steps of the optimizer that defines steps count (several
         optimizers: :meth:`defines_steps`)."""
-        if not self.defines_steps(optimizer, steps_model):
+        if (optimizer is not self.step_optimizer or not self._found) and not self.defines_steps(optimizer, steps_model):
             return
-        self.commit()
-        self._take_over()
+        if self._closed is not None:
+            self.commit()
+        if self.source != OPTIMIZER:
+            self._take_over()
         self._in_step = True
         self._closure_loss = None
 
@@ -192,7 +208,7 @@ class StepTracker:
 
     def batch(self, samples: Optional[int]) -> None:
         """The loader handed out a batch of ``samples`` (None: size unknown)."""
-        self.commit()
+        self.commit()  # the step the last optimizer step closed
         if self._samples is not None:
             self._samples = None if samples is None else self._samples + samples
 
@@ -269,7 +285,8 @@ class StepTracker:
 
     def _close_with(self, loss: Any, backwards: int, samples: Optional[int], skipped: bool, at: float,
                     wall: float) -> None:
-        self.commit()  # a step closed earlier is never overwritten
+        if self._closed is not None:
+            self.commit()  # a step closed earlier is never overwritten
         if loss is not None and self._mean and backwards > 1:
             with internal():
                 loss = loss / backwards
