@@ -33,6 +33,15 @@ from .steps import OPTIMIZER, WATCH, ClosedStep, StepTracker
 
 logger = logging.getLogger("ascend_tune")
 
+# The monitors whose block is open in this process. The zero-lines launcher (:mod:`ascend_tune.launch`) opens one
+# that gives way: a script that opens its own block is monitored by that block alone.
+_OPEN: list = []
+
+
+def open_blocks() -> tuple:
+    """The monitors whose block is open in this process, oldest first."""
+    return tuple(_OPEN)
+
 
 class TrainingMonitor:
     """Instrument a training loop: ``with TrainingMonitor(model, optimizer, train_loader, log_dir=...):``.
@@ -131,12 +140,15 @@ class TrainingMonitor:
         self.device: Optional[device.DeviceInfo] = None
         self.epoch = 0
         self._stack: Optional[contextlib.ExitStack] = None
+        self.gives_way = False  # the launcher's monitor: closed when the script opens a block of its own
 
     # --- the block ------------------------------------------------------------------------------------------
 
     def __enter__(self) -> TrainingMonitor:
         if self._stack is not None:
             raise ConfigError("this TrainingMonitor is already active; create one monitor per training run")
+        for other in [m for m in _OPEN if m.gives_way]:
+            other.close("TrainingMonitor", gather=False)  # the script's own block monitors it from here on
         self.device = device.detect_device()
         stack = contextlib.ExitStack()
         try:
@@ -167,6 +179,8 @@ class TrainingMonitor:
                     )
             SigtermHandler(lambda: self._close_block("SIGTERM", None), self._outputs).install(stack)
             self._stack = stack
+            _OPEN.append(self)
+            stack.callback(_OPEN.remove, self)
             self._callbacks.step_begin(self._ctx, self.start_step)
         except BaseException:
             self._stack = None
@@ -180,7 +194,24 @@ class TrainingMonitor:
             raise self._callbacks.user_error  # a user's callback failed at the end: theirs to see
         return False  # never swallow the loop's exception
 
-    def _close_block(self, interrupted_by: Optional[str], exc_type: Any) -> None:
+    def close(self, interrupted_by: Optional[str] = None, exc_type: Any = None, gather: bool = True) -> None:
+        """End the block from outside a ``with`` statement (the zero-lines launcher, at the process's exit):
+        ``interrupted_by`` names what ended it for summary.json; ``gather=False`` skips the ranks' summary, whose
+        collective the other ranks may never reach. Never raises."""
+        self._close_block(interrupted_by, exc_type, gather)
+
+    def adopt_loader(self, loader: Iterable) -> bool:
+        """Mark the batches of ``loader`` from its next pass on (the launcher found the loader the loop iterates
+        once the block was open); False when it cannot be wrapped in place."""
+        self._require_active("adopt_loader")
+
+        def on_pass(epoch: int) -> None:
+            self._tracker.count_batches()
+            self._on_pass(epoch)
+
+        return capture.wrap_loader(self._stack, loader, on_pass, self._on_batch)
+
+    def _close_block(self, interrupted_by: Optional[str], exc_type: Any, gather: bool = True) -> None:
         """The block's end (``__exit__``, or SIGTERM): each part contained, so this never raises."""
         stack, self._stack = self._stack, None
         if stack is None:
@@ -190,7 +221,7 @@ class TrainingMonitor:
             self._callbacks.exit(self._ctx, exc_type)
             # the monitor's only collective, once; skipped when the block raised or was interrupted, since the
             # other ranks may never reach it
-            across = None if interrupted_by else self._events.contained("the ranks' summary", metrics.gather_ranks,
+            across = None if interrupted_by or not gather else self._events.contained("the ranks' summary", metrics.gather_ranks,
                                                                  self.totals, self.rank, self.world_size)
             self._finished = True
             # closed before summary.json is written, so that what failed while closing (tuning.json's last
