@@ -221,8 +221,10 @@ class TrainingMonitor:
             self._callbacks.exit(self._ctx, exc_type)
             # the monitor's only collective, once; skipped when the block raised or was interrupted, since the
             # other ranks may never reach it
-            across = None if interrupted_by or not gather else self._events.contained("the ranks' summary", metrics.gather_ranks,
-                                                                 self.totals, self.rank, self.world_size)
+            across = None
+            if gather and not interrupted_by:
+                across = self._events.contained("the ranks' summary", metrics.gather_ranks, self.totals, self.rank,
+                                                self.world_size)
             self._finished = True
             # closed before summary.json is written, so that what failed while closing (tuning.json's last
             # update, a log file deleted under the run) is in its outputs_failed
