@@ -1,0 +1,93 @@
+"""``ascend-tune run`` around unmodified third-party scripts (tests/thirdparty/README.md): nanoGPT, dcgan, torchrun.
+
+Each runs tiny (a few iterations of a tiny config, data made here) and is compared with the same script run bare and
+with the two lines written into a copy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import re
+import sys
+
+import numpy as np
+import pytest
+from conftest import read_jsonl, read_log
+from launch_helpers import bare, copy_thirdparty, launch, our_lines
+
+from ascend_tune.formats.log_line import parse_log_line
+
+NANOGPT_ARGS = [
+    "--device=cpu", "--compile=False", "--dtype=float32", "--dataset=tiny", "--n_layer=2", "--n_head=2",
+    "--n_embd=32", "--block_size=16", "--batch_size=4", "--gradient_accumulation_steps=2", "--max_iters=4",
+    "--eval_interval=1000", "--eval_iters=2", "--log_interval=1", "--always_save_checkpoint=False",
+]
+TWO_LINES = "with TrainingMonitor(model, optimizer, log_dir={log_dir!r}, quiet=True):\n"
+
+
+def nanogpt(tmp_path) -> str:
+    """A copy of nanoGPT with a tiny token dataset in data/tiny (64 symbols, as its shakespeare_char prepare.py)."""
+    root = copy_thirdparty("nanogpt", tmp_path)
+    data = os.path.join(root, "data", "tiny")
+    os.makedirs(data)
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 4000), ("val", 800)):
+        rng.integers(0, 64, n).astype(np.uint16).tofile(os.path.join(data, f"{split}.bin"))
+    with open(os.path.join(data, "meta.pkl"), "wb") as fh:
+        pickle.dump({"vocab_size": 64}, fh)
+    return root
+
+
+def with_two_lines(root: str, log_dir: str) -> str:
+    """nanoGPT's train.py with the two lines written in (the loop indented under the block), as train_2l.py."""
+    lines = open(os.path.join(root, "train.py"), encoding="utf-8").read().splitlines(keepends=True)
+    start = lines.index("while True:\n")
+    end = lines.index("if ddp:\n", start)
+    body = ["from ascend_tune import TrainingMonitor\n", *lines[:start], TWO_LINES.format(log_dir=log_dir)]
+    body += ["    " + line if line.strip() else line for line in lines[start:end]] + lines[end:]
+    path = os.path.join(root, "train_2l.py")
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.writelines(body)
+    return path
+
+
+def timeless(stdout: str) -> list:
+    """nanoGPT's stdout without its wall times (``time 12.3ms, mfu -100.00%``)."""
+    return [re.sub(r"time [\d.]+ms, mfu [-\d.]+%", "time _", line) for line in stdout.splitlines()]
+
+
+def losses(log_dir) -> list:
+    return [parse_log_line(line.encode())[:2] for line in read_log(log_dir)]
+
+
+def test_nanogpt_unmodified_under_the_launcher_logs_each_iteration_as_the_two_lines_do(tmp_path):
+    root = nanogpt(tmp_path)
+    run = tmp_path / "run"
+    proc = launch(["--log-dir", str(run), "--dump=steps=0,level=mix"], [sys.executable, "train.py", *NANOGPT_ARGS],
+                  cwd=root)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    plain = bare([sys.executable, "train.py", *NANOGPT_ARGS], cwd=root)
+    assert plain.returncode == 0, plain.stderr[-3000:]
+    assert timeless(proc.stdout) == timeless(plain.stdout)  # the script's own output unchanged
+    two = tmp_path / "two"
+    twin = bare([sys.executable, with_two_lines(root, str(two)), *NANOGPT_ARGS], cwd=root)
+    assert twin.returncode == 0, twin.stderr[-3000:]
+
+    # one line per iteration (iterations 0..max_iters), the same losses as with the two lines
+    assert len(read_log(run)) == 5
+    assert losses(run) == losses(two)
+    assert [r["loss"] for r in read_jsonl(run / "metrics.jsonl") if "step" in r and "loss" in r] == \
+        [r["loss"] for r in read_jsonl(two / "metrics.jsonl") if "step" in r and "loss" in r]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["steps"] == 5 and summary["interrupted_by"] is None
+    assert summary["steps_from"] == {"kind": "optimizer", "optimizer": "AdamW", "passed": False}
+    assert any("monitoring train.py (model GPT" in line for line in our_lines(proc.stderr))
+
+    # the step-0 dump names the model's own modules (GPT is the root, left out as msprobe does)
+    dump = json.loads((run / "dump" / "step0" / "rank0" / "dump.json").read_text())
+    modules = [name for name in dump["data"] if name.startswith("Module.")]
+    assert modules and all(name.startswith(("Module.transformer.", "Module.lm_head.")) for name in modules)
+    assert "Module.transformer.wte.Embedding.forward.0" in modules
+    assert not (run / "dump" / "step1").exists()
