@@ -209,7 +209,7 @@ class TrainingMonitor:
             self._tracker.count_batches()
             self._on_pass(epoch)
 
-        return capture.wrap_loader(self._stack, loader, on_pass, self._on_batch)
+        return capture.wrap_loader(self._stack, loader, on_pass, self._on_batch, begun=True)
 
     def _close_block(self, interrupted_by: Optional[str], exc_type: Any, gather: bool = True) -> None:
         """The block's end (``__exit__``, or SIGTERM): each part contained, so this never raises."""
