@@ -13,7 +13,6 @@ import re
 import sys
 
 import numpy as np
-import pytest
 from conftest import read_jsonl, read_log
 from launch_helpers import bare, copy_thirdparty, launch, our_lines
 
@@ -91,3 +90,48 @@ def test_nanogpt_unmodified_under_the_launcher_logs_each_iteration_as_the_two_li
     assert modules and all(name.startswith(("Module.transformer.", "Module.lm_head.")) for name in modules)
     assert "Module.transformer.wte.Embedding.forward.0" in modules
     assert not (run / "dump" / "step1").exists()
+
+
+DDP_PLAIN = os.path.join(os.path.dirname(__file__), "scripts", "ddp_plain.py")
+ATTEMPTS = 3
+
+
+def torchrun_command(*args: str) -> list:
+    exe = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    prefix = [exe] if os.path.exists(exe) else [sys.executable, "-m", "torch.distributed.run"]
+    return [*prefix, "--standalone", "--nproc_per_node=2", "--max-restarts=0", "--monitor-interval=0.5", *args]
+
+
+def launched_torchrun(tmp_path, how: str = "") -> tuple:
+    """``(process, run folder, out folder)`` of ``ascend-tune run -- torchrun ... ddp_plain.py``; a run that torch's
+    gloo teardown aborted after both ranks finished is run again (tests/test_distributed.py says why)."""
+    for attempt in range(ATTEMPTS):
+        run, out = tmp_path / f"run{attempt}", tmp_path / f"out{attempt}"
+        proc = launch(["--log-dir", str(run), "--warmup-steps", "2", "--quiet"],
+                      torchrun_command(DDP_PLAIN, str(out), how), cwd=tmp_path, timeout=900, GLOO_SOCKET_IFNAME="lo")
+        done = all((out / f"done_rank{rank}").exists() for rank in (0, 1))
+        aborted = "terminate called without an active exception" in proc.stderr or "SIGABRT" in proc.stderr
+        if proc.returncode == 0 or not (done and aborted):
+            break
+    return proc, run, out
+
+
+def test_torchrun_under_the_launcher_monitors_every_worker_with_its_rank(tmp_path):
+    proc, run, _ = launched_torchrun(tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len(read_log(run)) == 16  # rank 0's text log alone: 2 epochs x 8 batches of its half
+    assert sorted(p.name for p in run.iterdir() if p.name.startswith("rank")) == ["rank0", "rank1"]
+    for rank in (0, 1):
+        records = [r for r in read_jsonl(run / f"rank{rank}" / "metrics.jsonl") if "step" in r]
+        assert [r["step"] for r in records] == list(range(16)) and {r["rank"] for r in records} == {rank}
+    summary = json.loads((run / "summary.json").read_text())
+    assert [r["rank"] for r in summary["ranks"]["per_rank"]] == [0, 1]  # gathered before the group was destroyed
+    assert summary["interrupted_by"] is None
+
+
+def test_torchrun_exit_status_is_kept(tmp_path):
+    proc, run, _ = launched_torchrun(tmp_path, "fail")
+    plain = bare(torchrun_command(DDP_PLAIN, str(tmp_path / "bare"), "fail"), cwd=tmp_path, timeout=900,
+                 GLOO_SOCKET_IFNAME="lo")
+    assert proc.returncode == plain.returncode == 1, proc.stderr[-3000:]
+    assert json.loads((run / "summary.json").read_text())["steps"] == 16  # rank 0 trained to the end
