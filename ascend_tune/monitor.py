@@ -24,23 +24,16 @@ import torch
 from . import capture, device, metrics, sinks
 from .callbacks import Callback, CallbackSet, build_features
 from .context import RunContext, detect_rank, detect_world_size
-from .errors import ConfigError, check_option_names
+from .errors import ConfigError, check_int, check_option_names
 from .formats.atomic import Outputs
 from .formats.run_dir import RunDir
-from .optimizer_watch import OptimizerWatch
+from .optimizer_watch import OptimizerWatch, hook_other_optimizers, model_name
 from .sigterm import SigtermHandler
-from .steps import OPTIMIZER, WATCH, ClosedStep, StepTracker
+from .steps import OPTIMIZER, WATCH, ClosedStep, StepTracker, optimizer_losses
 
 logger = logging.getLogger("ascend_tune")
 
-# The monitors whose block is open in this process. The zero-lines launcher (:mod:`ascend_tune.launch`) opens one
-# that gives way: a script that opens its own block is monitored by that block alone.
-_OPEN: list = []
-
-
-def open_blocks() -> tuple:
-    """The monitors whose block is open in this process, oldest first."""
-    return tuple(_OPEN)
+_OPEN: list = []  # the open blocks; the launcher's (gives_way) closes when the script opens its own
 
 
 class TrainingMonitor:
@@ -94,7 +87,7 @@ class TrainingMonitor:
         callbacks: Optional[Iterable] = None,
         **unknown: Any,
     ):
-        _check_options(unknown)
+        check_option_names(unknown, _OPTIONS, "TrainingMonitor")
         _check_model(model)
         if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
             raise ConfigError(
@@ -105,13 +98,13 @@ class TrainingMonitor:
             raise ConfigError(f"train_loader must be iterable, got {type(train_loader).__name__}")
         if not isinstance(log_dir, (str, os.PathLike)) or not str(log_dir):
             raise ConfigError("log_dir must be a folder path such as 'exp/train'")
-        _check_int("log_every", log_every, 1)
-        _check_int("warmup_steps", warmup_steps, 0)
-        _check_int("start_step", start_step, 0)
+        check_int("log_every", log_every, 1)
+        check_int("warmup_steps", warmup_steps, 0)
+        check_int("start_step", start_step, 0)
         if samples_per_step is not None:
-            _check_int("samples_per_step", samples_per_step, 1)
+            check_int("samples_per_step", samples_per_step, 1)
         if rank is not None:
-            _check_int("rank", rank, 0)
+            check_int("rank", rank, 0)
         if accumulate not in ("sum", "mean"):
             raise ConfigError(f"accumulate must be 'sum' or 'mean', got {accumulate!r}")
         if scaler is not None and not callable(getattr(scaler, "scale", None)):
@@ -140,7 +133,7 @@ class TrainingMonitor:
         self.device: Optional[device.DeviceInfo] = None
         self.epoch = 0
         self._stack: Optional[contextlib.ExitStack] = None
-        self.gives_way = False  # the launcher's monitor: closed when the script opens a block of its own
+        self.gives_way, self.models_seen = False, []  # the launcher's: see ascend_tune.launch.process
 
     # --- the block ------------------------------------------------------------------------------------------
 
@@ -160,6 +153,7 @@ class TrainingMonitor:
             if self.optimizer is not None:
                 capture.hook_optimizer(stack, self.optimizer, self._tracker.optimizer_pre,
                                        self._tracker.optimizer_post)
+                hook_other_optimizers(stack, self._tracker, self.optimizer)
             else:  # the optimizer that steps the model's parameters, also one created inside the block
                 self._watch = OptimizerWatch(self._tracker, self._models, self._events.warn)
                 self._watch.install(stack)
@@ -177,7 +171,7 @@ class TrainingMonitor:
                         "`mon.loader(train_loader)` to mark batches (steps are still counted)",
                         type(self.train_loader).__name__,
                     )
-            SigtermHandler(lambda: self._close_block("SIGTERM", None), self._outputs).install(stack)
+            SigtermHandler(lambda: self.close("SIGTERM", None), self._outputs).install(stack)
             self._stack = stack
             _OPEN.append(self)
             stack.callback(_OPEN.remove, self)
@@ -189,30 +183,20 @@ class TrainingMonitor:
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
-        self._close_block(exc_type.__name__ if exc_type is not None else None, exc_type)
+        self.close(exc_type.__name__ if exc_type is not None else None, exc_type)
         if exc_type is None and self._callbacks.user_error is not None:
             raise self._callbacks.user_error  # a user's callback failed at the end: theirs to see
         return False  # never swallow the loop's exception
 
-    def close(self, interrupted_by: Optional[str] = None, exc_type: Any = None, gather: bool = True) -> None:
-        """End the block from outside a ``with`` statement (the zero-lines launcher, at the process's exit):
-        ``interrupted_by`` names what ended it for summary.json; ``gather=False`` skips the ranks' summary, whose
-        collective the other ranks may never reach. Never raises."""
-        self._close_block(interrupted_by, exc_type, gather)
-
     def adopt_loader(self, loader: Iterable) -> bool:
-        """Mark the batches of ``loader`` from its next pass on (the launcher found the loader the loop iterates
-        once the block was open); False when it cannot be wrapped in place."""
+        """Mark ``loader``'s batches from its next pass on (the launcher found it mid-pass); False if it cannot be."""
         self._require_active("adopt_loader")
-
-        def on_pass(epoch: int) -> None:
-            self._tracker.count_batches()
-            self._on_pass(epoch)
-
+        on_pass = lambda epoch: (self._tracker.count_batches(), self._on_pass(epoch))  # noqa: E731
         return capture.wrap_loader(self._stack, loader, on_pass, self._on_batch, begun=True)
 
-    def _close_block(self, interrupted_by: Optional[str], exc_type: Any, gather: bool = True) -> None:
-        """The block's end (``__exit__``, or SIGTERM): each part contained, so this never raises."""
+    def close(self, interrupted_by: Optional[str] = None, exc_type: Any = None, gather: bool = True) -> None:
+        """The block's end (``__exit__``, SIGTERM, the launcher at the process's exit); never raises.
+        ``interrupted_by``: what ended it, for summary.json; ``gather=False``: no ranks' summary (its collective)."""
         stack, self._stack = self._stack, None
         if stack is None:
             return
@@ -221,10 +205,8 @@ class TrainingMonitor:
             self._callbacks.exit(self._ctx, exc_type)
             # the monitor's only collective, once; skipped when the block raised or was interrupted, since the
             # other ranks may never reach it
-            across = None
-            if gather and not interrupted_by:
-                across = self._events.contained("the ranks' summary", metrics.gather_ranks, self.totals, self.rank,
-                                                self.world_size)
+            across = None if interrupted_by or not gather else self._events.contained(
+                "the ranks' summary", metrics.gather_ranks, self.totals, self.rank, self.world_size)
             self._finished = True
             # closed before summary.json is written, so that what failed while closing (tuning.json's last
             # update, a log file deleted under the run) is in its outputs_failed
@@ -331,6 +313,7 @@ class TrainingMonitor:
             self.start_step, self._on_step_end, self._on_commit,
             source=OPTIMIZER if self.optimizer is not None else WATCH, optimizer=self.optimizer,
             accumulate=self.accumulate, samples_per_step=self.samples_per_step,
+            name_of=lambda optimizer, index: model_name(optimizer, index, self._models + tuple(self.models_seen)),
         )
         self._watch: Optional[OptimizerWatch] = None
         self._scaled: Optional[tuple] = None
@@ -397,6 +380,7 @@ class TrainingMonitor:
                     "warmup": self.totals.warmup.holds(window.first_step),
                     "memory_mib": device.peak_memory_mib(self.device.kind) if self.device else None,
                 }
+                context.update(optimizer_losses(read.entries))  # several optimizers: each one's loss
                 for sink in self._sinks:
                     sink.write(window, context)
 
@@ -454,10 +438,6 @@ _OPTIONS = (
     "tensorboard", "callbacks",
 )
 
-def _check_options(unknown: dict) -> None:
-    check_option_names(unknown, _OPTIONS, "TrainingMonitor")
-
-
 def _check_model(model: Any) -> None:
     models = model if isinstance(model, (list, tuple)) else [model]
     for m in models:
@@ -466,8 +446,3 @@ def _check_model(model: Any) -> None:
                 f"model must be a torch.nn.Module (or a list of them), got {type(m).__name__}; "
                 "pass the module you train"
             )
-
-
-def _check_int(name: str, value: Any, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"{name} must be an integer >= {minimum}, got {value!r}")

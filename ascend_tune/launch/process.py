@@ -94,9 +94,9 @@ def _on_forward(module: Any, args: Any) -> None:
 
 
 def _open(model: Any) -> None:
-    from ..monitor import TrainingMonitor, open_blocks
+    from ..monitor import _OPEN, TrainingMonitor
 
-    if open_blocks():
+    if _OPEN:
         _say("the script opens its own TrainingMonitor block: that block monitors it, the launcher stays out",
              once="own block")
         return
