@@ -13,6 +13,7 @@ import re
 import sys
 
 import numpy as np
+import pytest
 from conftest import read_jsonl, read_log
 from launch_helpers import bare, copy_thirdparty, launch, our_lines
 
@@ -135,3 +136,66 @@ def test_torchrun_exit_status_is_kept(tmp_path):
                  GLOO_SOCKET_IFNAME="lo")
     assert proc.returncode == plain.returncode == 1, proc.stderr[-3000:]
     assert json.loads((run / "summary.json").read_text())["steps"] == 16  # rank 0 trained to the end
+
+
+TORCHVISION = {  # the stand-in for what dcgan/main.py touches with --dataset fake (tests/thirdparty/README.md)
+    "__init__.py": "from . import datasets, transforms, utils  # noqa: F401\n",
+    "datasets.py": (
+        "import torch\n\n\n"
+        "class FakeData(torch.utils.data.Dataset):\n"
+        "    def __init__(self, size=1000, image_size=(3, 224, 224), num_classes=10, transform=None,\n"
+        "                 target_transform=None, random_offset=0):\n"
+        "        self.size, self.image_size, self.num_classes = size, image_size, num_classes\n"
+        "        self.transform, self.random_offset = transform, random_offset\n\n"
+        "    def __len__(self):\n"
+        "        return self.size\n\n"
+        "    def __getitem__(self, index):\n"
+        "        generator = torch.Generator().manual_seed(index + self.random_offset)\n"
+        "        image = torch.rand(*self.image_size, generator=generator)\n"
+        "        target = int(torch.randint(0, self.num_classes, (1,), generator=generator))\n"
+        "        return (self.transform(image) if self.transform else image), target\n"
+    ),
+    "transforms.py": "class ToTensor:\n    def __call__(self, image):\n        return image\n",
+    "utils.py": "def save_image(tensor, fp, **kwargs):\n    open(fp, 'wb').close()\n",
+}
+DCGAN_ARGS = ["--dataset", "fake", "--workers", "0", "--batchSize", "200", "--niter", "1", "--ngf", "4", "--ndf", "4",
+              "--nz", "8", "--manualSeed", "1"]
+PRINTED = re.compile(r"Loss_D: ([\d.]+) Loss_G: ([\d.]+)")
+
+
+def dcgan(tmp_path) -> tuple:
+    """``(folder of an unmodified dcgan/main.py, PYTHONPATH with the torchvision stand-in)``."""
+    root = copy_thirdparty("dcgan", tmp_path)
+    package = tmp_path / "standin" / "torchvision"
+    package.mkdir(parents=True)
+    for name, text in TORCHVISION.items():
+        (package / name).write_text(text)
+    return root, os.pathsep.join([str(tmp_path / "standin"), os.path.dirname(os.path.dirname(__file__))])
+
+
+def test_dcgan_two_optimizers_each_loss_apart(tmp_path):
+    root, path = dcgan(tmp_path)
+    run = tmp_path / "run"
+    proc = launch(["--log-dir", str(run), "--quiet"], [sys.executable, "main.py", *DCGAN_ARGS, "--outf", "out"],
+                  cwd=root, PYTHONPATH=path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    printed = [(float(d), float(g)) for d, g in PRINTED.findall(proc.stdout)]
+    assert len(printed) == 5
+    # none passed, two stepping: a step is one batch; each optimizer's loss by its model's class; log.txt the first's
+    records = [r for r in read_jsonl(run / "metrics.jsonl") if "step" in r]
+    assert [r["losses"] for r in records] == [{"Discriminator": pytest.approx(d, abs=6e-5),
+                                               "Generator": pytest.approx(g, abs=6e-5)} for d, g in printed]
+    assert [loss for _, loss in losses(run)] == [d for d, _ in printed]
+
+    # the two lines with the optimizer passed, as a new user writes them: its loss is Loss_D, never a mixture
+    source = open(os.path.join(root, "main.py"), encoding="utf-8").read().splitlines(keepends=True)
+    start = source.index("for epoch in range(opt.niter):\n")
+    two = tmp_path / "two"
+    block = f"with TrainingMonitor(netD, optimizerD, dataloader, log_dir={str(two)!r}, quiet=True):\n"
+    body = [source[0], "from ascend_tune import TrainingMonitor\n", *source[1:start], block]  # after __future__
+    body += ["    " + line if line.strip() else line for line in source[start:]]
+    (tmp_path / "dcgan" / "main_2l.py").write_text("".join(body))
+    twin = bare([sys.executable, "main_2l.py", *DCGAN_ARGS, "--outf", "out2"], cwd=root, PYTHONPATH=path)
+    assert twin.returncode == 0, twin.stderr[-3000:]
+    printed = [(float(d), float(g)) for d, g in PRINTED.findall(twin.stdout)]
+    assert [loss for _, loss in losses(two)] == [d for d, _ in printed]

@@ -27,7 +27,8 @@ from typing import Any, Optional
 
 from .options import PREFIX, RunOptions
 
-_state: dict = {"installed": False, "hook": None, "monitor": None, "pid": None, "ended_by": None, "said": set()}
+_state: dict = {"installed": False, "hook": None, "monitor": None, "pid": None, "ended_by": None, "said": set(),
+                "inside": set()}
 _lock = threading.Lock()
 
 
@@ -81,16 +82,30 @@ def _torch_imported() -> None:
 def _on_forward(module: Any, args: Any) -> None:
     import torch
 
-    if not torch.is_grad_enabled() or _state["monitor"] is not None:
+    if id(module) in _state["inside"] or not torch.is_grad_enabled():
         return
     if not any(p.requires_grad for p in module.parameters()):
         return
     with _lock:
-        if _state["monitor"] is not None or _state["hook"] is None:
+        monitor = _state["monitor"]
+        if monitor is None:
+            _contained(_open, module)
+            if _state["monitor"] is None:  # the script's own block, or a monitor that could not open: done here
+                _stop_watching_forwards()
+                return
+        elif monitor.clock.next_step > monitor.start_step:  # the first step is over: no cost per module call now
+            _stop_watching_forwards()
             return
-        _state["hook"].remove()  # from here on the monitor alone watches: no cost per module call
+        else:  # another model of the first step (a GAN's generator): it names the optimizer that steps it
+            monitor.models_seen.append(module)
+        _state["inside"].update(id(m) for m in module.modules())
+
+
+def _stop_watching_forwards() -> None:
+    if _state["hook"] is not None:
+        _state["hook"].remove()
         _state["hook"] = None
-        _contained(_open, module)
+    _state["inside"] = set()
 
 
 def _open(model: Any) -> None:
@@ -99,6 +114,7 @@ def _open(model: Any) -> None:
     if _OPEN:
         _say("the script opens its own TrainingMonitor block: that block monitors it, the launcher stays out",
              once="own block")
+        _stop_watching_forwards()
         return
     options = RunOptions.from_env()
     monitor = TrainingMonitor(model, None, None, log_dir=options.log_dir, log_every=options.log_every,
@@ -135,6 +151,7 @@ def _close(ended_by: Optional[str], exc_type: Any = None, gather: bool = False) 
     if monitor is None or _state["pid"] != os.getpid():  # a forked child holds a copy of the run, not the run
         return
     _state["monitor"] = None
+    _stop_watching_forwards()
     monitor.close(ended_by, exc_type, gather=gather)
 
 
