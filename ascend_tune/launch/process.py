@@ -82,20 +82,20 @@ def _torch_imported() -> None:
 def _on_forward(module: Any, args: Any) -> None:
     import torch
 
+    monitor = _state["monitor"]
+    if monitor is not None and monitor.clock.next_step > monitor.start_step:
+        _stop_watching_forwards()  # the first step is over: no cost per module call from now on
+        return
     if id(module) in _state["inside"] or not torch.is_grad_enabled():
         return
     if not any(p.requires_grad for p in module.parameters()):
         return
     with _lock:
-        monitor = _state["monitor"]
-        if monitor is None:
+        if _state["monitor"] is None:
             _contained(_open, module)
             if _state["monitor"] is None:  # the script's own block, or a monitor that could not open: done here
                 _stop_watching_forwards()
                 return
-        elif monitor.clock.next_step > monitor.start_step:  # the first step is over: no cost per module call now
-            _stop_watching_forwards()
-            return
         else:  # another model of the first step (a GAN's generator): it names the optimizer that steps it
             monitor.models_seen.append(module)
         _state["inside"].update(id(m) for m in module.modules())
