@@ -386,7 +386,7 @@ def wrap_loader(
         )
     try:
         object.__setattr__(loader, "__class__", _subclasses[original])
-    except TypeError:  # builtins (list, tuple) and __slots__ classes cannot change class
+    except (TypeError, AttributeError):  # builtins, __slots__ classes, a class property (accelerate's loaders)
         return False
     tracker = EpochTracker()
     if begun:

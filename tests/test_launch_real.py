@@ -199,3 +199,45 @@ def test_dcgan_two_optimizers_each_loss_apart(tmp_path):
     assert twin.returncode == 0, twin.stderr[-3000:]
     printed = [(float(d), float(g)) for d, g in PRINTED.findall(twin.stdout)]
     assert [loss for _, loss in losses(two)] == [d for d, _ in printed]
+
+
+def run_clm_inputs(tmp_path) -> list:
+    """run_clm.py's arguments for a tiny GPT-2 trained from scratch offline: a config, a tokenizer trained here
+    (word level), a text file; 4 optimizer steps of 2 micro-batches each."""
+    tokenizers = pytest.importorskip("tokenizers")
+    transformers = pytest.importorskip("transformers")
+    words = "the cat sat on a mat while one dog ran after it and then both slept in the warm sun".split()
+    rng = np.random.default_rng(0)
+    lines = [" ".join(rng.choice(words, 12)) for _ in range(200)]
+    (tmp_path / "train.txt").write_text("\n".join(lines) + "\n")
+    model = tokenizers.models.WordLevel({w: i for i, w in enumerate(["[UNK]", *sorted(set(words))])}, unk_token="[UNK]")
+    tok = tokenizers.Tokenizer(model)
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", eos_token="[UNK]")
+    fast.save_pretrained(str(tmp_path / "tok"))
+    transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2, n_positions=32, vocab_size=len(fast), resid_pdrop=0.0,
+                            embd_pdrop=0.0, attn_pdrop=0.0).save_pretrained(str(tmp_path / "cfg"))
+    return ["--config_name", str(tmp_path / "cfg"), "--tokenizer_name", str(tmp_path / "tok"), "--train_file",
+            str(tmp_path / "train.txt"), "--do_train", "--block_size", "16", "--per_device_train_batch_size", "2",
+            "--gradient_accumulation_steps", "2", "--max_steps", "4", "--logging_steps", "1", "--use_cpu",
+            "--report_to", "none", "--save_strategy", "no", "--seed", "0", "--disable_tqdm", "true",
+            "--dataloader_num_workers", "0"]
+
+
+def test_hf_run_clm_unmodified_one_line_per_optimizer_step_with_the_trainers_losses(tmp_path):
+    pytest.importorskip("datasets")
+    pytest.importorskip("evaluate")
+    args = run_clm_inputs(tmp_path)
+    root = os.path.join(os.path.dirname(__file__), "thirdparty", "hf_clm")
+    run, out = tmp_path / "run", tmp_path / "out"
+    offline = dict(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_HOME=str(tmp_path / "hf"))
+    proc = launch(["--log-dir", str(run), "--quiet"], [sys.executable, os.path.join(root, "run_clm.py"), *args,
+                                                        "--output_dir", str(out)], cwd=tmp_path, **offline)
+    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
+    state = json.loads((out / "trainer_state.json").read_text())
+    logged = [h["loss"] for h in state["log_history"] if "loss" in h]
+    assert len(logged) == 4 and len(read_log(run)) == 4  # one line per optimizer step, not per micro-batch
+    records = [r for r in read_jsonl(run / "metrics.jsonl") if "step" in r]
+    assert [r["loss"] for r in records] == pytest.approx(logged, rel=1e-5)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["steps"] == 4 and summary["steps_from"]["kind"] == "optimizer"

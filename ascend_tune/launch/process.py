@@ -47,26 +47,25 @@ class _TorchImportWatch(importlib.abc.MetaPathFinder):
     """Finds nothing itself: when ``torch`` is imported, its loader is wrapped to call back once it has run."""
 
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        # libraries ask importlib.util.find_spec("torch") before they import it (is_torch_available): this finder
+        # stays until torch's module has run, and each spec it hands out calls back once that happens
         if name != "torch":
             return None
-        sys.meta_path.remove(self)
-        from importlib.machinery import PathFinder
-
         spec = None
         for finder in sys.meta_path:
-            find = getattr(finder, "find_spec", None)
+            find = getattr(finder, "find_spec", None) if finder is not self else None
             spec = find(name, path, target) if find is not None else None
             if spec is not None:
                 break
-        if spec is None:
-            spec = PathFinder.find_spec(name, path)
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
         run = spec.loader.exec_module
 
         def exec_module(module: Any) -> None:
             run(module)
-            _contained(_torch_imported)
+            if self in sys.meta_path:
+                sys.meta_path.remove(self)
+                _contained(_torch_imported)
 
         spec.loader.exec_module = exec_module
         return spec
@@ -125,8 +124,8 @@ def _open(model: Any) -> None:
     atexit.register(_at_exit)
     _chain_excepthook()
     loader = _loader_in_frames()
-    if loader is not None:
-        monitor.adopt_loader(loader)
+    if loader is not None and not monitor.adopt_loader(loader):
+        loader = None  # a loader whose class cannot be swapped: steps are still counted, batches are not
     if monitor.rank == 0:
         _say(f"monitoring {os.path.basename(sys.argv[0]) or 'python'} (model {type(model).__name__}"
              f"{f', loader {type(loader).__name__}' if loader is not None else ''}) into {options.log_dir}")
