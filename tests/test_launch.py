@@ -135,3 +135,30 @@ def test_an_existing_sitecustomize_still_runs(tmp_path, script):
     proc = launch([], [sys.executable, "-c", code], cwd=tmp_path, PYTHONPATH=os.pathsep.join(
         [str(site), os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]))
     assert proc.returncode == 0 and proc.stdout == "1\n", proc.stderr
+
+
+def test_the_launchers_monitor_gives_way_to_a_block_the_script_opens_later(tmp_path):
+    own = tmp_path / "own"
+    code = textwrap.dedent(f"""
+        import torch
+        from ascend_tune import TrainingMonitor
+        model = torch.nn.Linear(4, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+        def step():
+            loss = model(torch.randn(8, 4)).pow(2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+
+        for _ in range(2):  # a warm-up outside any block: the launcher's monitor opens here
+            step()
+        with TrainingMonitor(model, optimizer, log_dir={str(own)!r}, quiet=True):
+            for _ in range(3):
+                step()
+    """)
+    run = tmp_path / "run"
+    proc = launch(["--log-dir", str(run), "--quiet"], [sys.executable, "-c", code], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert len(read_log(own)) == 3 and len(read_log(run)) == 2  # each step monitored once
+    assert json.loads((run / "summary.json").read_text())["interrupted_by"] == "TrainingMonitor"
