@@ -21,12 +21,6 @@ class InputError(AscendTuneError, ValueError):
     """An input file or folder given to a command is missing or unreadable."""
 
 
-def check_int(name: str, value: object, minimum: int) -> None:
-    """Raise a ConfigError unless ``value`` is an integer (not a bool) >= ``minimum``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"{name} must be an integer >= {minimum}, got {value!r}")
-
-
 def check_option_names(given: object, valid: "list | tuple", what: str) -> None:
     """Raise a ConfigError naming the first option of ``given`` not in ``valid``, with the closest valid name.
 

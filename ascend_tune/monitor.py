@@ -22,12 +22,14 @@ from typing import Any, Optional
 import torch
 
 from . import capture, device, metrics, sinks
-from .callbacks import Callback, CallbackSet, build_features
+from .callbacks import CallbackSet, build_features
 from .context import RunContext, detect_rank, detect_world_size
-from .errors import ConfigError, check_int, check_option_names
+from .errors import ConfigError
 from .formats.atomic import Outputs
 from .formats.run_dir import RunDir
 from .optimizer_watch import OptimizerWatch, hook_other_optimizers, model_name
+from .options import MonitorOptions, check_objects
+from .recording.frames import internal
 from .sigterm import SigtermHandler
 from .steps import OPTIMIZER, WATCH, ClosedStep, StepTracker, optimizer_losses
 
@@ -87,32 +89,15 @@ class TrainingMonitor:
         callbacks: Optional[Iterable] = None,
         **unknown: Any,
     ):
-        check_option_names(unknown, _OPTIONS, "TrainingMonitor")
-        _check_model(model)
-        if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
-            raise ConfigError(
-                f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}; "
-                "pass the optimizer whose step() ends a training step, or None"
-            )
-        if train_loader is not None and not isinstance(train_loader, Iterable):
-            raise ConfigError(f"train_loader must be iterable, got {type(train_loader).__name__}")
-        if not isinstance(log_dir, (str, os.PathLike)) or not str(log_dir):
-            raise ConfigError("log_dir must be a folder path such as 'exp/train'")
-        check_int("log_every", log_every, 1)
-        check_int("warmup_steps", warmup_steps, 0)
-        check_int("start_step", start_step, 0)
-        if samples_per_step is not None:
-            check_int("samples_per_step", samples_per_step, 1)
-        if rank is not None:
-            check_int("rank", rank, 0)
-        if accumulate not in ("sum", "mean"):
-            raise ConfigError(f"accumulate must be 'sum' or 'mean', got {accumulate!r}")
-        if scaler is not None and not callable(getattr(scaler, "scale", None)):
-            raise ConfigError(f"scaler must be a GradScaler, got {type(scaler).__name__}")
+        self.callbacks = list(callbacks or [])
+        check_objects(unknown, model, optimizer, train_loader, scaler, self.callbacks)
+        options = MonitorOptions(log_dir=log_dir, log_every=log_every, warmup_steps=warmup_steps,
+                                 start_step=start_step, samples_per_step=samples_per_step, accumulate=accumulate,
+                                 rank=rank, tensorboard=tensorboard)
         self.model = model
         self.optimizer = optimizer
         self.train_loader = train_loader
-        self.log_dir = os.fspath(log_dir)
+        self.log_dir = os.fspath(options.log_dir)
         self.log_every = log_every
         self.warmup_steps = warmup_steps
         self.start_step = start_step
@@ -121,13 +106,7 @@ class TrainingMonitor:
         self.accumulate = accumulate
         self.quiet = quiet
         self.features = {"profile": profile, "precision": precision, "seed": seed, "tune": tune, "shapes": shapes}
-        if tensorboard is not None and not isinstance(tensorboard, bool):
-            raise ConfigError(f"tensorboard must be True or False, got {tensorboard!r}")
         self.tensorboard = tensorboard
-        self.callbacks = list(callbacks or [])
-        for cb in self.callbacks:
-            if not isinstance(cb, Callback):
-                raise ConfigError(f"callbacks must be ascend_tune.callbacks.Callback objects, got {type(cb).__name__}")
         self.rank = rank if rank is not None else detect_rank()
         self.world_size = detect_world_size()
         self.device: Optional[device.DeviceInfo] = None
@@ -195,8 +174,7 @@ class TrainingMonitor:
         return capture.wrap_loader(self._stack, loader, on_pass, self._on_batch, begun=True)
 
     def close(self, interrupted_by: Optional[str] = None, exc_type: Any = None, gather: bool = True) -> None:
-        """The block's end (``__exit__``, SIGTERM, the launcher at the process's exit); never raises.
-        ``interrupted_by``: what ended it, for summary.json; ``gather=False``: no ranks' summary (its collective)."""
+        """The block's end (``__exit__``, SIGTERM, the launcher); never raises. ``gather=False``: no ranks' summary."""
         stack, self._stack = self._stack, None
         if stack is None:
             return
@@ -218,7 +196,7 @@ class TrainingMonitor:
         if self._watch is not None:
             self._watch.at_exit()
         self._tracker.commit()
-        with capture.internal():
+        with internal():
             if self.clock.pending_steps and not self._log_broken:
                 self._log_window()
             self._drain(force=True)
@@ -234,7 +212,7 @@ class TrainingMonitor:
         if loss is not None and not isinstance(loss, torch.Tensor):
             loss = torch.tensor(float(loss))
         if loss is not None:
-            with capture.internal():
+            with internal():
                 loss = self._unscaled(loss).detach()
         self._tracker.explicit_step(loss)
 
@@ -267,7 +245,7 @@ class TrainingMonitor:
 
     def _on_backward(self, tensor: torch.Tensor) -> None:
         try:
-            with capture.internal():
+            with internal():
                 loss = (tensor if self._scaled is None else self._unscaled(tensor)).detach()
             if self._watch is not None:
                 self._watch.before_backward(tensor)
@@ -350,7 +328,7 @@ class TrainingMonitor:
         if self._finished or self._log_broken:
             return
         # a SIGTERM waits until the lines are written; our reads are our own work (no dump or detector sees them)
-        with self._outputs, capture.internal():
+        with self._outputs, internal():
             try:
                 if self._reads:
                     self._drain(force=True)  # a read started at the previous log step is due now
@@ -408,41 +386,15 @@ class TrainingMonitor:
             wall_seconds=time.time() - self._entered_at,
             interrupted_by=interrupted_by,
             ranks=across,
-            steps_from=self._steps_from(),
+            steps_from=self._tracker.steps_from(passed=self.optimizer is not None),
             features_failed=self._callbacks.dropped,
         )
         payload.update(self._callbacks.summaries())
         payload["outputs_failed"] = self._outputs.summary()  # last: what the summaries' own writes lost too
         self._outputs.write_json(self.run_dir.summary_json, payload)
 
-    def _steps_from(self) -> dict:
-        """What ended the steps: summary.json's ``steps_from``."""
-        kind = "explicit" if self._tracker.explicit else self._tracker.source
-        opt = self._tracker.step_optimizer
-        return {"kind": None if kind == WATCH else kind,
-                "optimizer": type(opt).__name__ if opt is not None and kind == OPTIMIZER else None,
-                "passed": self.optimizer is not None}
-
     def _require_active(self, what: str) -> None:
         if self._stack is None:
             raise ConfigError(
                 f"mon.{what}() needs an active monitor: call it inside `with TrainingMonitor(...) as mon:`"
-            )
-
-
-# --- checks and small facts ---------------------------------------------------------------------------------------
-
-_OPTIONS = (
-    "model", "optimizer", "train_loader", "log_dir", "log_every", "warmup_steps", "start_step",
-    "samples_per_step", "scaler", "accumulate", "rank", "quiet", "profile", "precision", "seed", "tune", "shapes",
-    "tensorboard", "callbacks",
-)
-
-def _check_model(model: Any) -> None:
-    models = model if isinstance(model, (list, tuple)) else [model]
-    for m in models:
-        if m is not None and not isinstance(m, torch.nn.Module):
-            raise ConfigError(
-                f"model must be a torch.nn.Module (or a list of them), got {type(m).__name__}; "
-                "pass the module you train"
             )

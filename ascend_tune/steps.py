@@ -29,8 +29,8 @@ A step is *closed* when it ends (``on_end(step)`` at once, so a profiler or a du
 a batch, the steps' optimizer's next step, ``mon.step``, the end of the block (also a backward, once backwards end
 steps or explicit steps have begun). That delay lets an explicit ``mon.step(loss)`` adopt a step the hooks already
 closed, so mixing both styles never counts a step twice, and another optimizer stepping later in the same batch add
-its loss to the step. Held backwards that fall
-back are closed late, at the moment it is known: their ``on_end`` comes then, their times are their own.
+its loss to the step. Held backwards that fall back are closed late, at the moment it is known: their ``on_end``
+comes then, their times are their own.
 
 Losses are whatever tensors the caller hands in (already detached); they are only added, never read back here.
 """
@@ -41,7 +41,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from . import capture
+from .recording.frames import internal
 
 # where steps come from: an optimizer's step hooks; held backwards until an optimizer steps or is known not to;
 # each backward (no optimizer steps)
@@ -259,6 +259,14 @@ class StepTracker:
         self._close(skipped=False)
         self.commit()
 
+    def steps_from(self, passed: bool) -> dict:
+        """What ended the steps (summary.json's ``steps_from``); ``passed``: the optimizer was given."""
+        kind = "explicit" if self.explicit else self.source
+        opt = self.step_optimizer
+        return {"kind": None if kind == WATCH else kind,
+                "optimizer": type(opt).__name__ if opt is not None and kind == OPTIMIZER else None,
+                "passed": passed}
+
     def commit(self) -> None:
         """Commit the step closed last, if any (the block's end calls this too)."""
         closed, self._closed = self._closed, None
@@ -286,7 +294,7 @@ class StepTracker:
         if loss is None:
             loss = self._shared
         elif self._mean and backwards > 1:
-            with capture.internal():
+            with internal():
                 loss = loss / backwards
         self._shared = loss
         if loss is None:
@@ -305,7 +313,7 @@ class StepTracker:
         if self._loss is None:
             self._loss = loss
         else:
-            with capture.internal():
+            with internal():
                 self._loss = self._loss + loss
         self._backwards += 1
 
@@ -327,7 +335,7 @@ class StepTracker:
                     wall: float) -> None:
         self.commit()  # a step closed earlier is never overwritten
         if loss is not None and self._mean and backwards > 1:
-            with capture.internal():
+            with internal():
                 loss = loss / backwards
         if self._samples_per_step is not None:
             samples = self._samples_per_step
