@@ -150,6 +150,12 @@ class EpochTracker:
         self.passes = 0
         self._last_set: Optional[int] = None
 
+    def begun(self, loader: Any) -> None:
+        """The first pass is under way already: the next one is the second."""
+        self.passes = 1
+        current = getattr(getattr(loader, "sampler", None), "epoch", None)
+        self._last_set = current if isinstance(current, int) else None
+
     def begin_pass(self, loader: Any) -> int:
         sampler = getattr(loader, "sampler", None)
         current = getattr(sampler, "epoch", None)
@@ -189,8 +195,10 @@ def wrap_loader(
     on_pass: Callable[[int], None],
     on_batch: Callable[[Any], None],
     on_wait: Optional[Callable[[float], None]] = None,
+    begun: bool = False,
 ) -> bool:
     """Wrap one loader instance in place by swapping its class for a subclass; False if it cannot be swapped.
+    ``begun``: the loop is already in its first pass (the next ``__iter__`` begins the second).
 
     ``DataLoader.__iter__`` is looked up on the type, so patching the instance would not work, and patching
     ``_BaseDataLoaderIter`` (as ptdbg and msprobe did) would touch every loader in the process.
@@ -211,9 +219,11 @@ def wrap_loader(
         )
     try:
         object.__setattr__(loader, "__class__", _subclasses[original])
-    except TypeError:  # builtins (list, tuple) and __slots__ classes cannot change class
+    except (TypeError, AttributeError):  # builtins, __slots__ classes, a class property (accelerate's loaders)
         return False
     tracker = EpochTracker()
+    if begun:
+        tracker.begun(loader)
     object.__setattr__(loader, "_ascend_tune_marks", (tracker, on_pass, on_batch, on_wait))
     stack.callback(_unwrap, loader, original)
     return True

@@ -28,14 +28,16 @@ from .errors import ConfigError
 from .events import RunEvents
 from .formats.run_dir import RunDir
 from .host_times import HostTimes
-from .optimizer_watch import OptimizerWatch
+from .optimizer_watch import OptimizerWatch, hook_other_optimizers, model_name
 from .options import MonitorOptions, check_objects
 from .outputs import Outputs
 from .recording.frames import internal
 from .sigterm import SigtermHandler
-from .steps import OPTIMIZER, WATCH, ClosedStep, StepTracker
+from .steps import OPTIMIZER, WATCH, ClosedStep, StepTracker, optimizer_losses
 
 logger = logging.getLogger("ascend_tune")
+
+_OPEN: list = []  # the open blocks; the launcher's (gives_way) closes when the script opens its own
 
 
 class TrainingMonitor:
@@ -112,12 +114,15 @@ class TrainingMonitor:
         self.device: Optional[device.DeviceInfo] = None
         self.epoch = 0
         self._stack: Optional[contextlib.ExitStack] = None
+        self.gives_way, self.models_seen = False, []  # the launcher's: see ascend_tune.launch.process
 
     # --- the block ------------------------------------------------------------------------------------------
 
     def __enter__(self) -> TrainingMonitor:
         if self._stack is not None:
             raise ConfigError("this TrainingMonitor is already active; create one monitor per training run")
+        for other in [m for m in _OPEN if m.gives_way]:
+            other.close("TrainingMonitor", gather=False)  # the script's own block monitors it from here on
         self.device = device.detect_device()
         stack = contextlib.ExitStack()
         try:
@@ -129,6 +134,7 @@ class TrainingMonitor:
             if self.optimizer is not None:
                 capture.hook_optimizer(stack, self.optimizer, self._tracker.optimizer_pre,
                                        self._tracker.optimizer_post)
+                hook_other_optimizers(stack, self._tracker, self.optimizer)
             else:  # the optimizer that steps the model's parameters, also one created inside the block
                 self._watch = OptimizerWatch(self._tracker, self._models, self._events.warn)
                 self._watch.install(stack)
@@ -146,8 +152,10 @@ class TrainingMonitor:
                         "`mon.loader(train_loader)` to mark batches (steps are still counted)",
                         type(self.train_loader).__name__,
                     )
-            SigtermHandler(lambda: self._close_block("SIGTERM", None), self._outputs).install(stack)
+            SigtermHandler(lambda: self.close("SIGTERM", None), self._outputs).install(stack)
             self._stack = stack
+            _OPEN.append(self)
+            stack.callback(_OPEN.remove, self)
             self._callbacks.step_begin(self._ctx, self.start_step)
         except BaseException:
             self._stack = None
@@ -156,13 +164,19 @@ class TrainingMonitor:
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
-        self._close_block(exc_type.__name__ if exc_type is not None else None, exc_type)
+        self.close(exc_type.__name__ if exc_type is not None else None, exc_type)
         if exc_type is None and self._callbacks.user_error is not None:
             raise self._callbacks.user_error  # a user's callback failed at the end: theirs to see
         return False  # never swallow the loop's exception
 
-    def _close_block(self, interrupted_by: Optional[str], exc_type: Any) -> None:
-        """The block's end (``__exit__``, or SIGTERM): each part contained, so this never raises."""
+    def adopt_loader(self, loader: Iterable) -> bool:
+        """Mark ``loader``'s batches from its next pass on (the launcher found it mid-pass); False if it cannot be."""
+        self._require_active("adopt_loader")
+        on_pass = lambda epoch: (self._tracker.count_batches(), self._on_pass(epoch))  # noqa: E731
+        return capture.wrap_loader(self._stack, loader, on_pass, self._on_batch, begun=True)
+
+    def close(self, interrupted_by: Optional[str] = None, exc_type: Any = None, gather: bool = True) -> None:
+        """The block's end (``__exit__``, SIGTERM, the launcher); never raises. ``gather=False``: no ranks' summary."""
         stack, self._stack = self._stack, None
         if stack is None:
             return
@@ -171,8 +185,8 @@ class TrainingMonitor:
             self._callbacks.exit(self._ctx, exc_type)
             # the monitor's only collective, once; skipped when the block raised or was interrupted, since the
             # other ranks may never reach it
-            across = None if interrupted_by else self._events.contained("the ranks' summary", step_clock.gather_ranks,
-                                                                 self.totals, self.rank, self.world_size)
+            across = None if interrupted_by or not gather else self._events.contained(
+                "the ranks' summary", step_clock.gather_ranks, self.totals, self.rank, self.world_size)
             self._finished = True
             # closed before summary.json is written, so that what failed while closing (tuning.json's last
             # update, a log file deleted under the run) is in its outputs_failed
@@ -285,6 +299,7 @@ class TrainingMonitor:
             self.start_step, self._on_step_end, self._on_commit,
             source=OPTIMIZER if self.optimizer is not None else WATCH, optimizer=self.optimizer,
             accumulate=self.accumulate, samples_per_step=self.samples_per_step,
+            name_of=lambda optimizer, index: model_name(optimizer, index, self._models + tuple(self.models_seen)),
         )
         self._watch: Optional[OptimizerWatch] = None
         self._scaled: Optional[tuple] = None
@@ -357,6 +372,7 @@ class TrainingMonitor:
                        "warmup": self.totals.warmup.holds(window.first_step),            # adds in metrics.jsonl
                        "memory_mib": device.peak_memory_mib(self.device.kind) if self.device else None,
                        "host_s": host}  # where the window's host time went (host_times.py)
+            context.update(optimizer_losses(read.entries))  # several optimizers: each one's loss
             for sink in self._sinks:
                 sink.write(window, context)
 
@@ -384,20 +400,12 @@ class TrainingMonitor:
             wall_seconds=time.time() - self._entered_at,
             interrupted_by=interrupted_by,
             ranks=across,
-            steps_from=self._steps_from(),
+            steps_from=self._tracker.steps_from(passed=self.optimizer is not None),
             features_failed=self._callbacks.dropped,
         )
         payload.update(self._callbacks.summaries())
         payload["outputs_failed"] = self._outputs.summary()  # last: what the summaries' own writes lost too
         self._outputs.write_json(self.run_dir.summary_json, payload)
-
-    def _steps_from(self) -> dict:
-        """What ended the steps: summary.json's ``steps_from``."""
-        kind = "explicit" if self._tracker.explicit else self._tracker.source
-        opt = self._tracker.step_optimizer
-        return {"kind": None if kind == WATCH else kind,
-                "optimizer": type(opt).__name__ if opt is not None and kind == OPTIMIZER else None,
-                "passed": self.optimizer is not None}
 
     def _require_active(self, what: str) -> None:
         if self._stack is None:
