@@ -44,7 +44,7 @@ class Callback:
         return None
 
     def on_window(self, ctx: RunContext, window: Any, values: list) -> Optional[dict]:
-        """A log window's losses are on the host (``window``: a :class:`~ascend_tune.metrics.Window`; ``values``:
+        """A log window's losses are on the host (``window``: a :class:`~ascend_tune.step_clock.Window`; ``values``:
         what :meth:`read_along` gave for it). Returns fields added to the window's metrics.jsonl line, or None."""
         return None
 

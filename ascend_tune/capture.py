@@ -10,6 +10,7 @@ import contextlib
 import functools
 import logging
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from typing import Any, Callable, Optional
 
@@ -36,7 +37,7 @@ def patch_backward(
     @functools.wraps(original)
     def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
         depth = getattr(_local, "depth", 0)
-        loss = _scalar(tensors) if depth == 0 and not in_internal() else None
+        loss = None if depth or in_internal() else _scalar(tensors)
         if loss is not None:
             on_loss(loss)
         _local.depth = depth + 1
@@ -53,6 +54,8 @@ def patch_backward(
 
 
 def _scalar(tensors: Any) -> Optional[torch.Tensor]:
+    if type(tensors) is torch.Tensor:  # loss.backward(): the usual case first
+        return tensors if tensors.numel() == 1 else None
     if isinstance(tensors, (list, tuple)) and len(tensors) == 1:
         tensors = tensors[0]
     if isinstance(tensors, torch.Tensor) and tensors.numel() == 1:
@@ -148,6 +151,12 @@ class EpochTracker:
         self.passes = 0
         self._last_set: Optional[int] = None
 
+    def begun(self, loader: Any) -> None:
+        """The first pass is under way already: the next one is the second."""
+        self.passes = 1
+        current = getattr(getattr(loader, "sampler", None), "epoch", None)
+        self._last_set = current if isinstance(current, int) else None
+
     def begin_pass(self, loader: Any) -> int:
         sampler = getattr(loader, "sampler", None)
         current = getattr(sampler, "epoch", None)
@@ -162,9 +171,19 @@ class EpochTracker:
 
 
 def iterate_marked(iterator: Iterator, on_batch: Callable[[Any], None],
+                   on_wait: Optional[Callable[[float], None]] = None,
                    indices: Optional[BatchIndices] = None) -> Iterator:
-    """Yield from ``iterator``, reporting each batch as it is handed to the training loop."""
-    for batch in iterator:
+    """Yield from ``iterator``, reporting each batch as it is handed to the training loop (and, to ``on_wait``,
+    the host seconds the loop waited for it)."""
+    iterator = iter(iterator)
+    while True:
+        began = time.perf_counter()
+        try:
+            batch = next(iterator)
+        except StopIteration:
+            return
+        if on_wait is not None:
+            on_wait(time.perf_counter() - began)
         if indices is not None and indices.on:
             indices.handed_out()
         on_batch(batch)
@@ -173,7 +192,7 @@ def iterate_marked(iterator: Iterator, on_batch: Callable[[Any], None],
 
 def _recording_index_sampler(self: Any) -> Any:
     sampler = super(type(self), self)._index_sampler
-    indices = self.__dict__["_ascend_tune_marks"][3]
+    indices = self.__dict__["_ascend_tune_marks"][4]
     if indices is None or not indices.on or not getattr(self, "in_order", True):
         return sampler
     return indices.recording(sampler)
@@ -187,9 +206,12 @@ def wrap_loader(
     loader: Any,
     on_pass: Callable[[int], None],
     on_batch: Callable[[Any], None],
+    on_wait: Optional[Callable[[float], None]] = None,
+    begun: bool = False,
     indices: Optional[BatchIndices] = None,
 ) -> bool:
     """Wrap one loader instance in place by swapping its class for a subclass; False if it cannot be swapped.
+    ``begun``: the loop is already in its first pass (the next ``__iter__`` begins the second).
 
     ``DataLoader.__iter__`` is looked up on the type, so patching the instance would not work, and patching
     ``_BaseDataLoaderIter`` (as ptdbg and msprobe did) would touch every loader in the process. ``indices``: where
@@ -210,22 +232,24 @@ def wrap_loader(
         _subclasses[original] = type(original.__name__, (original,), attributes)
     try:
         object.__setattr__(loader, "__class__", _subclasses[original])
-    except TypeError:  # builtins (list, tuple) and __slots__ classes cannot change class
+    except (TypeError, AttributeError):  # builtins, __slots__ classes, a class property (accelerate's loaders)
         return False
     tracker = EpochTracker()
-    object.__setattr__(loader, "_ascend_tune_marks", (tracker, on_pass, on_batch, indices))
+    if begun:
+        tracker.begun(loader)
+    object.__setattr__(loader, "_ascend_tune_marks", (tracker, on_pass, on_batch, on_wait, indices))
     stack.callback(_unwrap, loader, original)
     return True
 
 
 def _marked_iter(self: Any) -> Iterator:
-    tracker, on_pass, on_batch, indices = self.__dict__["_ascend_tune_marks"]
+    tracker, on_pass, on_batch, on_wait, indices = self.__dict__["_ascend_tune_marks"]
     on_pass(tracker.begin_pass(self))
     # torch names only __next__ in a trace; starting a pass (worker start-up, the sampler's seed read with .item())
     # is loader work too, named the same way so the advisor counts it as the loader's, not as a host sync of the step
     with torch.profiler.record_function(f"enumerate(DataLoader)#{type(self).__name__}.__iter__"):
         iterator = super(type(self), self).__iter__()
-    return iterate_marked(iterator, on_batch, indices)
+    return iterate_marked(iterator, on_batch, on_wait, indices)
 
 
 def _unwrap(loader: Any, original: type) -> None:
@@ -235,29 +259,31 @@ def _unwrap(loader: Any, original: type) -> None:
 
 def batch_size(batch: Any) -> Optional[int]:
     """Samples in a batch: the first dimension of the batch tensor, or of the first tensor it holds."""
-    if isinstance(batch, torch.Tensor):
-        return int(batch.shape[0]) if batch.dim() > 0 else None
-    if isinstance(batch, dict):
-        batch = list(batch.values())
-    if isinstance(batch, (list, tuple)):
+    if isinstance(batch, (list, tuple)):  # the default collate's (inputs, targets) first: it runs every batch
         for item in batch:
             if isinstance(item, torch.Tensor) and item.dim() > 0:
-                return int(item.shape[0])
+                return item.size(0)
+        return None
+    if isinstance(batch, torch.Tensor):
+        return batch.size(0) if batch.dim() > 0 else None
+    if isinstance(batch, dict):
+        return batch_size(list(batch.values()))
     return None
 
 
 class MarkedLoader:
     """What ``mon.loader(dl)`` returns: iterates ``dl`` with each batch marked as a step boundary."""
 
-    def __init__(self, loader: Iterable, on_pass: Any, on_batch: Any):
+    def __init__(self, loader: Iterable, on_pass: Any, on_batch: Any, on_wait: Any = None):
         self._loader = loader
+        self._on_wait = on_wait
         self._on_pass = on_pass
         self._on_batch = on_batch
         self._epochs = EpochTracker()
 
     def __iter__(self) -> Iterator:
         self._on_pass(self._epochs.begin_pass(self._loader))
-        return iterate_marked(iter(self._loader), self._on_batch)
+        return iterate_marked(iter(self._loader), self._on_batch, self._on_wait)
 
     def __len__(self) -> int:
         return len(self._loader)  # type: ignore[arg-type]

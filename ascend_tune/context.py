@@ -14,8 +14,8 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Optional, Protocol
 
 from .errors import ConfigError
-from .formats.atomic import Outputs
 from .formats.run_dir import RunDir
+from .outputs import Outputs
 
 if TYPE_CHECKING:
     from .device import DeviceInfo

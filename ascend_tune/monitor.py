@@ -2,7 +2,7 @@
 
 The monitor only composes and owns lifetimes (one ExitStack): the capture (:mod:`.capture`: backward patch,
 optimizer hooks, GradScaler, loader wrap) feeds events to a :class:`~.steps.StepTracker`, whose closed steps drive
-the features' callbacks and the step clock (:mod:`.metrics`), whose log windows go to the sinks (:mod:`.sinks`).
+the features' callbacks and the step clock (:mod:`.step_clock`), whose log windows go to the sinks (:mod:`.sinks`).
 How a step and its loss are seen is documented in :mod:`.steps`.
 
 Features are built and entered in the order of :data:`~.callbacks.FEATURES`, then the user's own callbacks; each
@@ -21,19 +21,23 @@ from typing import Any, Optional
 
 import torch
 
-from . import capture, device, metrics, sinks
+from . import capture, device, sinks, step_clock
 from .callbacks import CallbackSet, build_features
 from .context import RunContext, detect_rank, detect_world_size
 from .errors import ConfigError
-from .formats.atomic import Outputs
+from .events import RunEvents
 from .formats.run_dir import RunDir
-from .optimizer_watch import OptimizerWatch
+from .host_times import HostTimes
+from .optimizer_watch import OptimizerWatch, hook_other_optimizers, model_name
 from .options import MonitorOptions, check_objects
+from .outputs import Outputs
 from .recording.frames import internal
 from .sigterm import SigtermHandler
-from .steps import OPTIMIZER, WATCH, ClosedStep, StepTracker
+from .steps import OPTIMIZER, WATCH, ClosedStep, StepTracker, optimizer_losses
 
 logger = logging.getLogger("ascend_tune")
+
+_OPEN: list = []  # the open blocks; the launcher's (gives_way) closes when the script opens its own
 
 
 class TrainingMonitor:
@@ -113,12 +117,15 @@ class TrainingMonitor:
         self.device: Optional[device.DeviceInfo] = None
         self.epoch = 0
         self._stack: Optional[contextlib.ExitStack] = None
+        self.gives_way, self.models_seen = False, []  # the launcher's: see ascend_tune.launch.process
 
     # --- the block ------------------------------------------------------------------------------------------
 
     def __enter__(self) -> TrainingMonitor:
         if self._stack is not None:
             raise ConfigError("this TrainingMonitor is already active; create one monitor per training run")
+        for other in [m for m in _OPEN if m.gives_way]:
+            other.close("TrainingMonitor", gather=False)  # the script's own block monitors it from here on
         self.device = device.detect_device()
         stack = contextlib.ExitStack()
         try:
@@ -130,6 +137,7 @@ class TrainingMonitor:
             if self.optimizer is not None:
                 capture.hook_optimizer(stack, self.optimizer, self._tracker.optimizer_pre,
                                        self._tracker.optimizer_post)
+                hook_other_optimizers(stack, self._tracker, self.optimizer)
             else:  # the optimizer that steps the model's parameters, also one created inside the block
                 self._watch = OptimizerWatch(self._tracker, self._models, self._events.warn)
                 self._watch.install(stack)
@@ -139,7 +147,8 @@ class TrainingMonitor:
             self._callbacks = CallbackSet(built, self.callbacks, self._events.warn)
             self._callbacks.enter(self._ctx, stack)
             if self.train_loader is not None:
-                if capture.wrap_loader(stack, self.train_loader, self._on_pass, self._on_batch, self._batches):
+                if capture.wrap_loader(stack, self.train_loader, self._on_pass, self._on_batch, self._host.add_data,
+                                       indices=self._batches):
                     self._tracker.count_batches()
                 else:
                     logger.warning(
@@ -147,8 +156,10 @@ class TrainingMonitor:
                         "`mon.loader(train_loader)` to mark batches (steps are still counted)",
                         type(self.train_loader).__name__,
                     )
-            SigtermHandler(lambda: self._close_block("SIGTERM", None), self._outputs).install(stack)
+            SigtermHandler(lambda: self.close("SIGTERM", None), self._outputs).install(stack)
             self._stack = stack
+            _OPEN.append(self)
+            stack.callback(_OPEN.remove, self)
             self._callbacks.step_begin(self._ctx, self.start_step)
         except BaseException:
             self._stack = None
@@ -157,13 +168,19 @@ class TrainingMonitor:
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
-        self._close_block(exc_type.__name__ if exc_type is not None else None, exc_type)
+        self.close(exc_type.__name__ if exc_type is not None else None, exc_type)
         if exc_type is None and self._callbacks.user_error is not None:
             raise self._callbacks.user_error  # a user's callback failed at the end: theirs to see
         return False  # never swallow the loop's exception
 
-    def _close_block(self, interrupted_by: Optional[str], exc_type: Any) -> None:
-        """The block's end (``__exit__``, or SIGTERM): each part contained, so this never raises."""
+    def adopt_loader(self, loader: Iterable) -> bool:
+        """Mark ``loader``'s batches from its next pass on (the launcher found it mid-pass); False if it cannot be."""
+        self._require_active("adopt_loader")
+        on_pass = lambda epoch: (self._tracker.count_batches(), self._on_pass(epoch))  # noqa: E731
+        return capture.wrap_loader(self._stack, loader, on_pass, self._on_batch, begun=True)
+
+    def close(self, interrupted_by: Optional[str] = None, exc_type: Any = None, gather: bool = True) -> None:
+        """The block's end (``__exit__``, SIGTERM, the launcher); never raises. ``gather=False``: no ranks' summary."""
         stack, self._stack = self._stack, None
         if stack is None:
             return
@@ -172,8 +189,8 @@ class TrainingMonitor:
             self._callbacks.exit(self._ctx, exc_type)
             # the monitor's only collective, once; skipped when the block raised or was interrupted, since the
             # other ranks may never reach it
-            across = None if interrupted_by else self._events.contained("the ranks' summary", metrics.gather_ranks,
-                                                                 self.totals, self.rank, self.world_size)
+            across = None if interrupted_by or not gather else self._events.contained(
+                "the ranks' summary", step_clock.gather_ranks, self.totals, self.rank, self.world_size)
             self._finished = True
             # closed before summary.json is written, so that what failed while closing (tuning.json's last
             # update, a log file deleted under the run) is in its outputs_failed
@@ -209,7 +226,7 @@ class TrainingMonitor:
         """Iterate ``loader`` with its batches marked (for loaders not passed to the constructor)."""
         self._require_active("loader")
         self._tracker.count_batches()
-        return capture.MarkedLoader(loader, self._on_pass, self._on_batch)
+        return capture.MarkedLoader(loader, self._on_pass, self._on_batch, self._host.add_data)
 
     def record_event(self, kind: str, **fields: Any) -> None:
         """Add an event line (``{"event": kind, ...}``) to metrics.jsonl, e.g. which steps were traced and where."""
@@ -234,16 +251,22 @@ class TrainingMonitor:
 
     def _on_backward(self, tensor: torch.Tensor) -> None:
         try:
-            with internal():
-                loss = (tensor if self._scaled is None else self._unscaled(tensor)).detach()
+            loss = tensor if self._scaled is None else self._unscaled(tensor)
+            if torch._C._len_torch_function_stack():  # a function mode (a dump, the detector) would see the detach
+                with internal():
+                    loss = loss.detach()
+            else:
+                loss = loss.detach()
             if self._watch is not None:
                 self._watch.before_backward(tensor)
             self._tracker.backward(loss)
+            self._host.backward_begins()
         except Exception as exc:
             self._events.failed("the loss capture", exc)
 
     def _on_backward_done(self) -> None:
         try:
+            self._host.backward_ends()
             self._tracker.backward_done()
             if self._watch is not None:
                 self._watch.after_backward()
@@ -274,19 +297,21 @@ class TrainingMonitor:
 
     def _reset_state(self) -> None:
         self.run_dir = RunDir(self.log_dir)
-        self.clock = metrics.StepClock(self.start_step)
-        self.totals = metrics.RunTotals(self.start_step, self.warmup_steps)
+        self.clock = step_clock.StepClock()
+        self.totals = step_clock.RunTotals(self.start_step, self.warmup_steps)
         self._tracker = StepTracker(
             self.start_step, self._on_step_end, self._on_commit,
             source=OPTIMIZER if self.optimizer is not None else WATCH, optimizer=self.optimizer,
             accumulate=self.accumulate, samples_per_step=self.samples_per_step,
+            name_of=lambda optimizer, index: model_name(optimizer, index, self._models + tuple(self.models_seen)),
         )
         self._watch: Optional[OptimizerWatch] = None
         self._batches = capture.BatchIndices()
         self._scaled: Optional[tuple] = None
         self._reads: list = []
+        self._host = HostTimes()
         self._sinks: list = []
-        self._events = sinks.EventLog(self.rank)
+        self._events = RunEvents(self.rank)
         self._outputs = Outputs(warn=self._events.warn)
         self._callbacks = CallbackSet([], [], self._events.warn)
         self._finished = False  # the block has ended: hooks still reached (a SIGTERM mid-step) do nothing
@@ -316,43 +341,50 @@ class TrainingMonitor:
     def _on_commit(self, closed: ClosedStep) -> None:
         if self._finished or self._log_broken:
             return
-        # a SIGTERM waits until the lines are written; our reads are our own work (no dump or detector sees them)
-        with self._outputs, internal():
-            try:
-                if self._reads:
-                    self._drain(force=True)  # a read started at the previous log step is due now
-                entry = self.clock.commit(closed)
-                if (entry.step + 1) % self.log_every == 0:
-                    self._log_window()
-            except Exception as exc:
-                self._log_broken = True  # the step log stops; the features and the loop go on
-                self._events.failed("the step log", exc)
+        try:
+            self.clock.commit(closed)
+            log_step = (closed.step + 1) % self.log_every == 0
+            if log_step or self._reads:
+                # a SIGTERM waits for the lines; our reads are our own work (no dump or detector sees them)
+                with self._outputs, internal():
+                    if self._reads:
+                        self._drain(force=True)  # a read started at the previous log step is due now
+                    if log_step:
+                        self._log_window()
+        except Exception as exc:
+            self._log_broken = True  # the step log stops; the features and the loop go on
+            self._events.failed("the step log", exc)
 
     def _log_window(self) -> None:
         entries, seconds, samples = self.clock.close_window()
         extra, layout = self._callbacks.read_along(self._ctx, entries) if self._callbacks.riders else (None, [])
-        read = metrics.read_back(entries, lag=True, extra=extra)
-        self._reads.append((read, seconds, samples, self.epoch, layout))
-        self._drain(force=False)
+        read = step_clock.read_back(entries, lag=True, extra=extra)
+        pending = (read, seconds, samples, self.epoch, self._host.take(), layout)
+        if not self._reads and read.ready(False):  # on the host, or a device without events: written now
+            self._write_window(*pending)
+        else:
+            self._reads.append(pending)
+            self._drain(force=False)
 
     def _drain(self, force: bool) -> None:
         while self._reads and self._reads[0][0].ready(force):
-            read, seconds, samples, epoch, layout = self._reads.pop(0)
-            window = metrics.make_window(read.entries, seconds, samples, read.values())
-            self.totals.add(window)
-            fields = self._callbacks.window(self._ctx, window, read.extra_values, layout) if layout else None
-            if self._sinks:
-                context = {  # what sinks.window_record adds to the window in metrics.jsonl
-                    "epoch": epoch,
-                    "rank": self.rank,
-                    "world_size": self.world_size,
-                    "warmup": self.totals.warmup.holds(window.first_step),
-                    "memory_mib": device.peak_memory_mib(self.device.kind) if self.device else None,
-                }
-                if fields:
-                    context.update(fields)
-                for sink in self._sinks:
-                    sink.write(window, context)
+            self._write_window(*self._reads.pop(0))
+
+    def _write_window(self, read: Any, seconds: float, samples: Optional[int], epoch: int, host: Any,
+                      layout: list) -> None:
+        window = step_clock.make_window(read.entries, seconds, samples, read.values())
+        self.totals.add(window)
+        fields = self._callbacks.window(self._ctx, window, read.extra_values, layout) if layout else None
+        if self._sinks:
+            context = {"epoch": epoch, "rank": self.rank, "world_size": self.world_size,  # what sinks.window_record
+                       "warmup": self.totals.warmup.holds(window.first_step),            # adds in metrics.jsonl
+                       "memory_mib": device.peak_memory_mib(self.device.kind) if self.device else None,
+                       "host_s": host}  # where the window's host time went (host_times.py)
+            context.update(optimizer_losses(read.entries))  # several optimizers: each one's loss
+            if fields:
+                context.update(fields)
+            for sink in self._sinks:
+                sink.write(window, context)
 
     # --- outputs ---------------------------------------------------------------------------------------------------
 
@@ -378,20 +410,12 @@ class TrainingMonitor:
             wall_seconds=time.time() - self._entered_at,
             interrupted_by=interrupted_by,
             ranks=across,
-            steps_from=self._steps_from(),
+            steps_from=self._tracker.steps_from(passed=self.optimizer is not None),
             features_failed=self._callbacks.dropped,
         )
         payload.update(self._callbacks.summaries())
         payload["outputs_failed"] = self._outputs.summary()  # last: what the summaries' own writes lost too
         self._outputs.write_json(self.run_dir.summary_json, payload)
-
-    def _steps_from(self) -> dict:
-        """What ended the steps: summary.json's ``steps_from``."""
-        kind = "explicit" if self._tracker.explicit else self._tracker.source
-        opt = self._tracker.step_optimizer
-        return {"kind": None if kind == WATCH else kind,
-                "optimizer": type(opt).__name__ if opt is not None and kind == OPTIMIZER else None,
-                "passed": self.optimizer is not None}
 
     def _require_active(self, what: str) -> None:
         if self._stack is None:

@@ -119,6 +119,28 @@ class OptimizerWatch:
             )
 
 
+def hook_other_optimizers(stack: contextlib.ExitStack, tracker: StepTracker, passed: Any) -> None:
+    """With the optimizer passed: tell ``tracker`` when any other optimizer steps (a GAN's second one), so the
+    backwards before it are its loss, not the passed optimizer's next step's (global post hook, removed on
+    ``stack``)."""
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    def post(optimizer: Any, args: Any, kwargs: Any) -> None:
+        if optimizer is not passed:
+            tracker.optimizer_post(optimizer)
+
+    stack.callback(register_optimizer_step_post_hook(post).remove)
+
+
+def model_name(optimizer: Any, index: int, models: tuple) -> str:
+    """An optimizer's name in a step's ``losses``: the class of the first of ``models`` whose parameters it steps,
+    else ``optimizer<index>``."""
+    for model in models:
+        if holds_any(optimizer, frozenset(id(p) for p in model.parameters())):
+            return type(model).__name__
+    return f"optimizer{index}"
+
+
 def holds_any(optimizer: Any, param_ids: frozenset) -> bool:
     """Whether ``optimizer``'s param groups hold any of the parameters whose ids are ``param_ids``."""
     try:

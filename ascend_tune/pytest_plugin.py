@@ -4,6 +4,8 @@
 - ``loss_log``: parse a run's log (any format ``compare-loss`` reads) or folder into arrays (``LossLog``);
 - ``fake_npu``: the fake torch_npu on ``sys.path`` with device detection reset, undone after the test;
 - ``assert_loss_aligned``: the loss-curve check (also importable from ``ascend_tune.testing``);
+- ``rank_report``: every rank of a multi-rank run side by side (the report's "Ranks" section), also shown in the
+  session's terminal summary;
 - markers ``npu`` / ``cuda``: skip the test when that device is absent;
 - ``--ascend-tune-device=cpu|cuda|npu``: force device detection for the session.
 
@@ -94,6 +96,42 @@ def assert_loss_aligned() -> Callable[..., Any]:
     from ascend_tune.testing.alignment import assert_loss_aligned as check
 
     return check
+
+
+@pytest.fixture
+def rank_report(request: Any) -> Callable[..., Any]:
+    """``rank_report(run_dir, jobs=None)`` → the run's ``RanksReport`` (one row per rank, the cross-rank answers:
+    the first inf/NaN's rank, the rank the others wait for), None for a one-rank run. Each one is also listed in the
+    "ascend_tune ranks" section of the terminal summary."""
+    from ascend_tune.analysis.report.ranks import ranks_report
+
+    def make(run_dir: Any, jobs: Any = None) -> Any:
+        found = ranks_report(os.fspath(run_dir), jobs)
+        if found is not None:
+            request.config.stash.setdefault(_RANKS, []).append((request.node.nodeid, found))
+        return found
+
+    return make
+
+
+_RANKS: Any = pytest.StashKey()
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: Any) -> None:
+    """The "ascend_tune ranks" section: each rank_report of the session, one row per rank."""
+    reports = config.stash.get(_RANKS, [])
+    if not reports:
+        return
+    from ascend_tune.analysis.report.ranks import HEADER
+
+    terminalreporter.section("ascend_tune ranks")
+    for nodeid, found in reports:
+        terminalreporter.write_line(f"{nodeid}: {found.run}")
+        terminalreporter.write_line("  " + " | ".join(HEADER))
+        for row in found.rows:
+            terminalreporter.write_line("  " + " | ".join(row))
+        for line in found.answers():
+            terminalreporter.write_line(f"  {line}")
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Where the step clock's numbers go: one :class:`Sink` per output, apart from the maths in :mod:`.metrics`.
+"""Where the step clock's numbers go: one :class:`Sink` per output, apart from the maths in :mod:`.step_clock`.
 
 - :class:`TextLogSink` — ``log.txt`` in the seed's line format, echoed to the console (``ascend_tune.console``);
 - :class:`JsonlSink` — ``metrics.jsonl``, the same facts at full precision plus context, and event lines;
@@ -6,9 +6,9 @@
   ``<log_dir>/tensorboard`` through ``torch.utils.tensorboard`` (the ``tensorboard`` extra, imported only when on).
 
 Each line of log.txt and metrics.jsonl reaches the OS in one ``os.write`` the moment it is made
-(:class:`~ascend_tune.formats.atomic.LineFile`): a killed run loses at most the step being written, and nothing is
+(:class:`~ascend_tune.outputs.LineFile`): a killed run loses at most the step being written, and nothing is
 buffered in Python. A sink that cannot write is switched off through the run's
-:class:`~ascend_tune.formats.atomic.Outputs` (one warning, recorded in summary.json); the others go on.
+:class:`~ascend_tune.outputs.Outputs` (one warning, recorded in summary.json); the others go on.
 """
 
 from __future__ import annotations
@@ -19,16 +19,16 @@ import logging
 import os
 import sys
 import threading
-import time
-from typing import Any, Callable, Optional, Protocol, TextIO
+from typing import Any, Optional, Protocol, TextIO
 
 from .config import env_switch
 from .errors import ConfigError, OutputError
+from .events import RunEvents
 from .formats import run_dir as names
-from .formats.atomic import LineFile, Outputs
 from .formats.log_line import TIME_FORMAT, format_log_line
 from .formats.run_dir import RunDir
-from .metrics import Window
+from .outputs import LineFile, Outputs
+from .step_clock import Window
 
 logger = logging.getLogger("ascend_tune")
 # The console rule: log lines (and the few lines meant for the user's eyes, such as tuning's one line) go to
@@ -118,9 +118,9 @@ def json_line(record: dict) -> bytes:
 _FAST_LINE = (
     '{"step":%d,"loss":%s,"steps_per_sec":%r,"samples_per_sec":%s,"time":%r,"first_step":%d,"window_steps":%d,'
     '"seconds":%r,"samples":%s,"step_losses":[%s],"nonfinite":%d,"skipped":%d,"epoch":%d,"rank":%d,'
-    '"world_size":%d,"warmup":%s,"memory_mib":%s}\n'
+    '"world_size":%d,"warmup":%s,"memory_mib":%s,"host_s":{"data":%s,"backward":%s}}\n'
 )
-_FAST_CONTEXT = 5  # epoch, rank, world_size, warmup, memory_mib
+_FAST_CONTEXT = 6  # epoch, rank, world_size, warmup, memory_mib, host_s
 _float = float.__repr__  # what json writes for a float
 
 
@@ -128,7 +128,7 @@ def metrics_line(window: Window, context: dict) -> bytes:
     """The metrics.jsonl line of a window: ``json_line(window_record(window, **context))``, formatted by hand.
 
     Building the record and json's encoder cost about as much as the rest of a log line at ``log_every=1``: the
-    monitor's own context (epoch, rank, world_size, warmup, memory_mib) is one ``%`` format instead; any other
+    monitor's own context (epoch, rank, world_size, warmup, memory_mib, host_s) is one ``%`` format instead; any other
     context, a non-finite number or a step without a loss takes the record's path.
     """
     try:
@@ -136,6 +136,9 @@ def metrics_line(window: Window, context: dict) -> bytes:
             raise KeyError
         c = context
         epoch, rank, world, warmup, memory = c["epoch"], c["rank"], c["world_size"], c["warmup"], c["memory_mib"]
+        host = c["host_s"]
+        if len(host) != 2:
+            raise KeyError
         sps, samples, losses = window.samples_per_sec, window.samples, window.losses
         loss = _float(window.loss)
         line = _FAST_LINE % (
@@ -144,7 +147,7 @@ def metrics_line(window: Window, context: dict) -> bytes:
             "null" if samples is None else int.__repr__(samples),
             loss if len(losses) == 1 else ",".join(map(_float, losses)), window.nonfinite,
             window.skipped, epoch, rank, world, "true" if warmup is True else "false",
-            "null" if memory is None else _float(memory),
+            "null" if memory is None else _float(memory), _float(host["data"]), _float(host["backward"]),
         )
     except (KeyError, TypeError):  # other context, a value of another type, a step without a loss
         return json_line(window_record(window, **context))
@@ -223,7 +226,7 @@ class TensorBoardSink:
 
 
 def open_step_sinks(run: RunDir, rank: int, world_size: int, *, resume: bool, echo: bool,
-                    tensorboard: Optional[bool], events: EventLog, outputs: Outputs) -> list:
+                    tensorboard: Optional[bool], events: RunEvents, outputs: Outputs) -> list:
     """The sinks of this rank, opened: rank 0 writes log.txt, metrics.jsonl and, when asked, TensorBoard scalars;
     with several ranks every rank also keeps ``rank{R}/metrics.jsonl``. Earlier outputs are set aside (a resumed
     run, ``resume``, appends to its logs instead). Raises :class:`OutputError` when the folder is not writable
@@ -286,44 +289,6 @@ def tensorboard_available() -> Optional[str]:
     except Exception as exc:
         return f"torch.utils.tensorboard cannot be imported ({type(exc).__name__}: {exc})"
     return None
-
-
-class EventLog:
-    """The run's :class:`~ascend_tune.context.EventRecorder`: event lines go to every JSONL sink added."""
-
-    def __init__(self, rank: int):
-        self._rank = rank
-        self._sinks: list = []
-        self._failed: set = set()
-
-    def add(self, sink: Sink) -> None:
-        """Send event lines to ``sink`` too."""
-        self._sinks.append(sink)
-
-    def record_event(self, kind: str, **fields: Any) -> None:
-        """Add ``{"event": kind, "time": ..., "rank": ..., **fields}`` to each sink."""
-        record = {"event": kind, "time": time.time(), "rank": self._rank, **fields}
-        for sink in self._sinks:
-            sink.write_event(record)
-
-    def warn(self, message: str) -> None:
-        """Warn through the ``ascend_tune`` logger and record the warning."""
-        logger.warning("ascend_tune: %s", message)
-        self.record_event("warning", message=message)
-
-    def contained(self, what: str, run: Callable, *args: Any) -> Any:
-        """``run(*args)``; when it raises, that part of the run is lost (:meth:`failed`) and None is returned."""
-        try:
-            return run(*args)
-        except Exception as exc:
-            self.failed(what, exc)
-            return None
-
-    def failed(self, what: str, exc: Exception) -> None:
-        """A bug of ours costs that part (``what``), never the run: one warning per part."""
-        if what not in self._failed:
-            self._failed.add(what)
-            self.warn(f"{what}: {type(exc).__name__}: {exc}; training goes on")
 
 
 def echo_to_console(stack: contextlib.ExitStack) -> None:

@@ -17,13 +17,20 @@ How a step is seen:
   micro-batch of the step like those before ``step()`` (Lightning runs the last micro-batch of an accumulation
   window in the closure), later ones re-evaluate the same loss (LBFGS) and never add up;
 - a step that GradScaler skips (inf/nan gradients: ``optimizer.step()`` never ran) is closed as *skipped*, with its
-  loss, and never merged into the next one.
+  loss, and never merged into the next one;
+- several optimizers per batch (a GAN steps its discriminator's, then its generator's): a backward belongs to the
+  next optimizer that steps. What another optimizer's step takes is its loss, never the step's; it is kept in the
+  step's ``losses`` (by optimizer name) with the step's own: the same batch's step, the one just closed when that
+  optimizer first stepped after it (it follows), else the next one (it leads). An optimizer stepping with no
+  backward of its own since the previous optimizer step (two optimizers over one loss) shares that loss.
 
 A step is *closed* when it ends (``on_end(step)`` at once, so a profiler or a dump brackets exactly that step) and
-*committed* (``on_commit(ClosedStep)``: numbered, timed, logged) at the next event of the loop: a batch, a backward,
-an optimizer step, ``mon.step``, the end of the block. That one-event delay lets an explicit ``mon.step(loss)``
-adopt a step the hooks already closed, so mixing both styles never counts a step twice. Held backwards that fall
-back are closed late, at the moment it is known: their ``on_end`` comes then, their times are their own.
+*committed* (``on_commit(ClosedStep)``: numbered, timed, logged) at the next event of the loop that can begin a step:
+a batch, the steps' optimizer's next step, ``mon.step``, the end of the block (also a backward, once backwards end
+steps or explicit steps have begun). That delay lets an explicit ``mon.step(loss)`` adopt a step the hooks already
+closed, so mixing both styles never counts a step twice, and another optimizer stepping later in the same batch add
+its loss to the step. Held backwards that fall back are closed late, at the moment it is known: their ``on_end``
+comes then, their times are their own.
 
 Losses are whatever tensors the caller hands in (already detached); they are only added, never read back here.
 """
@@ -42,16 +49,28 @@ OPTIMIZER, WATCH, BACKWARD = "optimizer", "watch", "backward"
 SOURCES = (OPTIMIZER, WATCH, BACKWARD)
 
 
-@dataclass
 class ClosedStep:
-    """One step as it ended: its number, its loss (a device tensor or None), its samples and times."""
+    """One step as it ended: its number, its loss (a device tensor or None), its samples and times.
 
-    step: int
-    loss: Any
-    samples: Optional[int]
-    skipped: bool
-    at: float  # time.perf_counter() when the step ended
-    wall: float  # time.time() when the step ended
+    A plain class with slots, not a dataclass: one is made every step. ``losses``: several optimizers stepping,
+    each one's loss by name, the step's own included (else None).
+    """
+
+    __slots__ = ("step", "loss", "samples", "skipped", "at", "wall", "losses")
+
+    def __init__(self, step: int, loss: Any, samples: Optional[int], skipped: bool, at: float, wall: float,
+                 losses: Optional[dict] = None):
+        self.step = step
+        self.loss = loss
+        self.samples = samples
+        self.skipped = skipped
+        self.at = at  # time.perf_counter() when the step ended
+        self.wall = wall  # time.time() when the step ended
+        self.losses = losses
+
+    def __repr__(self) -> str:
+        return (f"ClosedStep(step={self.step}, loss={self.loss!r}, samples={self.samples}, skipped={self.skipped}, "
+                f"at={self.at}, wall={self.wall}, losses={self.losses!r})")
 
 
 @dataclass
@@ -76,6 +95,8 @@ class StepTracker:
         optimizer: with ``source="optimizer"``, the optimizer whose steps end steps (any object the events name).
         accumulate: ``"sum"`` or ``"mean"`` of the losses back-propagated within one step.
         samples_per_step: a fixed sample count per step; else the batches' sizes are added (:meth:`batch`).
+        name_of: ``name_of(optimizer, index)``: an optimizer's name in ``ClosedStep.losses`` (``index``: in the order
+            they first stepped); default ``optimizer<index>``.
     """
 
     def __init__(
@@ -88,6 +109,7 @@ class StepTracker:
         optimizer: Any = None,
         accumulate: str = "sum",
         samples_per_step: Optional[int] = None,
+        name_of: Optional[Callable[[Any, int], str]] = None,
     ):
         if source not in SOURCES:
             raise ValueError(f"source must be one of {SOURCES}, got {source!r}")
@@ -110,6 +132,10 @@ class StepTracker:
         self._post_count = 0
         self._closed: Optional[ClosedStep] = None
         self._samples: Optional[int] = None  # None: batches are not counted (or one had no size)
+        self._name_of = name_of or (lambda optimizer, index: f"optimizer{index}")
+        self._names: dict = {}  # id(optimizer) -> (name, whether it follows the steps' optimizer in a batch)
+        self._others: dict = {}  # losses of optimizers that lead, for the next step
+        self._shared: Any = None  # the loss another optimizer took since the last backward
 
     @property
     def found(self) -> bool:
@@ -134,8 +160,14 @@ class StepTracker:
             if self._closure_loss is None:
                 self._closure_loss = loss
             return
-        self.commit()
-        self._add(loss)
+        if (self.explicit or self.source == BACKWARD) and self._closed is not None:
+            self.commit()
+        self._shared = None
+        if self._loss is None:  # the usual case, one backward a step: no call, no tensor work
+            self._loss = loss
+            self._backwards += 1
+        else:
+            self._add(loss)
         self._last = loss
 
     def backward_done(self) -> None:
@@ -158,16 +190,21 @@ class StepTracker:
     def optimizer_pre(self, optimizer: Any = None, steps_model: Optional[bool] = None) -> None:
         """``optimizer.step()`` begins; only the steps of the optimizer that defines steps count (several
         optimizers: :meth:`defines_steps`)."""
-        if not self.defines_steps(optimizer, steps_model):
+        if (optimizer is not self.step_optimizer or not self._found) and not self.defines_steps(optimizer, steps_model):
             return
-        self.commit()
-        self._take_over()
+        self._name(optimizer)
+        if self._closed is not None:
+            self.commit()
+        if self.source != OPTIMIZER:
+            self._take_over()
         self._in_step = True
         self._closure_loss = None
 
     def optimizer_post(self, optimizer: Any = None) -> None:
         """``optimizer.step()`` ran."""
         if not (self._found and optimizer is self.step_optimizer):
+            if not self._in_step:
+                self._other_stepped(optimizer)
             return
         self._in_step = False
         self._post_count += 1
@@ -175,6 +212,8 @@ class StepTracker:
             self._add(self._closure_loss)
         self._closure_loss = None
         absorb, self._absorb = self._absorb and self._loss is None, False
+        if self._loss is None and self._shared is not None and not absorb:
+            self._loss, self._backwards = self._shared, 1  # one loss, stepped by another optimizer first
         if not self.explicit and not absorb:
             self._close(skipped=False)
 
@@ -192,7 +231,7 @@ class StepTracker:
 
     def batch(self, samples: Optional[int]) -> None:
         """The loader handed out a batch of ``samples`` (None: size unknown)."""
-        self.commit()
+        self.commit()  # the step the last optimizer step closed
         if self._samples is not None:
             self._samples = None if samples is None else self._samples + samples
 
@@ -226,7 +265,7 @@ class StepTracker:
         """
         self.explicit = True
         self._held = []  # their losses are in the step being ended
-        if self._closed is not None:
+        if self._closed is not None and self._loss is None:
             if loss is not None:
                 self._closed.loss = loss
             self.commit()
@@ -237,11 +276,53 @@ class StepTracker:
         self._close(skipped=False)
         self.commit()
 
+    def steps_from(self, passed: bool) -> dict:
+        """What ended the steps (summary.json's ``steps_from``); ``passed``: the optimizer was given."""
+        kind = "explicit" if self.explicit else self.source
+        opt = self.step_optimizer
+        return {"kind": None if kind == WATCH else kind,
+                "optimizer": type(opt).__name__ if opt is not None and kind == OPTIMIZER else None,
+                "passed": passed}
+
     def commit(self) -> None:
         """Commit the step closed last, if any (the block's end calls this too)."""
         closed, self._closed = self._closed, None
         if closed is not None:
             self._on_commit(closed)
+
+    # --- several optimizers ------------------------------------------------------------------------------------
+
+    def _name(self, optimizer: Any) -> tuple:
+        """``(name, follows)`` of an optimizer, fixed when it first steps."""
+        known = self._names.get(id(optimizer))
+        if known is None:
+            follows = self._post_count > 0 and optimizer is not self.step_optimizer
+            known = self._names[id(optimizer)] = (self._name_of(optimizer, len(self._names)), follows)
+        return known
+
+    def _other_stepped(self, optimizer: Any) -> None:
+        """An optimizer other than the steps' one stepped: what was back-propagated since the last optimizer step
+        is its loss (see the module docstring)."""
+        if self.explicit or self.source == BACKWARD:
+            return
+        name, follows = self._name(optimizer)
+        loss, backwards = self._loss, self._backwards
+        self._loss, self._backwards, self._held = None, 0, []  # the held backwards were this optimizer's
+        if loss is None:
+            loss = self._shared
+        elif self._mean and backwards > 1:
+            with internal():
+                loss = loss / backwards
+        self._shared = loss
+        if loss is None:
+            return
+        if not follows:
+            self._others[name] = loss
+        elif self._closed is not None:
+            closed = self._closed
+            if closed.losses is None:
+                closed.losses = {self._name(self.step_optimizer)[0]: closed.loss}
+            closed.losses[name] = loss
 
     # --- closing --------------------------------------------------------------------------------------------------
 
@@ -269,13 +350,28 @@ class StepTracker:
 
     def _close_with(self, loss: Any, backwards: int, samples: Optional[int], skipped: bool, at: float,
                     wall: float) -> None:
-        self.commit()  # a step closed earlier is never overwritten
+        if self._closed is not None:
+            self.commit()  # a step closed earlier is never overwritten
         if loss is not None and self._mean and backwards > 1:
             with internal():
                 loss = loss / backwards
         if self._samples_per_step is not None:
             samples = self._samples_per_step
+        losses = None
+        if self._others:
+            losses, self._others = self._others, {}
+            losses[self._name(self.step_optimizer)[0]] = loss
         step = self.next_step
         self.next_step += 1
-        self._closed = ClosedStep(step, loss, samples, skipped, at, wall)
+        self._closed = ClosedStep(step, loss, samples, skipped, at, wall, losses)
         self._on_end(step)
+
+
+def optimizer_losses(entries: list) -> dict:
+    """``{"losses": each optimizer's mean loss over a window's steps}`` (several optimizers stepping), or ``{}``."""
+    per: dict = {}
+    for entry in entries:
+        for name, loss in (entry.losses or {}).items():
+            if loss is not None:
+                per.setdefault(name, []).append(float(loss))
+    return {"losses": {name: sum(values) / len(values) for name, values in per.items()}} if per else {}

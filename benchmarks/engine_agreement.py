@@ -25,7 +25,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from ascend_tune import TrainingMonitor
-from ascend_tune.analysis.dumps import metrics
+from ascend_tune.analysis.dumps import differences
 from ascend_tune.analysis.dumps.compare import compare_dumps
 from ascend_tune.analysis.dumps.pairing import arguments, match_ops
 from ascend_tune.precision import read_dump
@@ -58,7 +58,7 @@ def spread(base, target) -> dict:
             if t is None or b is None or t.kind != "tensor" or t.dtype != "torch.float32" or not t.has_stats \
                     or t.shape != b.shape:
                 continue
-            errors = metrics.statistics_error(np.array([t.stats]), np.array([b.stats]))[0]
+            errors = differences.statistics_error(np.array([t.stats]), np.array([b.stats]))[0]
             numel = math.prod(t.shape)
             unit = 2.0 ** -24 * math.sqrt(numel)
             for name, error in (("Max/Min", max(errors[0], errors[1])), ("Mean", errors[2]), ("Norm", errors[3])):

@@ -23,19 +23,19 @@ SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "ddp_train.py")
 ATTEMPTS = 3
 
 
-def torchrun(script: str, tmp_path, last_file: str) -> tuple:
-    """``(process, out folder)`` of two gloo ranks running ``script OUT``; a run that torch's gloo teardown aborted
-    after both ranks wrote ``last_file`` (a name with ``{rank}``, the script's last output) is run again."""
+def torchrun(script: str, tmp_path, last_file: str, nproc: int = 2) -> tuple:
+    """``(process, out folder)`` of ``nproc`` gloo ranks running ``script OUT``; a run that torch's gloo teardown
+    aborted after every rank wrote ``last_file`` (a name with ``{rank}``, the script's last output) is run again."""
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
     env.update(OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo")
     for attempt in range(ATTEMPTS):
         out = tmp_path / f"attempt{attempt}"
         proc = subprocess.run(
-            [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+            [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
              "--max-restarts=0", "--monitor-interval=0.5", script, str(out)],
             capture_output=True, text=True, timeout=900, env=env,
         )
-        done = all((out / last_file.format(rank=rank)).exists() for rank in (0, 1))
+        done = all((out / last_file.format(rank=rank)).exists() for rank in range(nproc))
         aborted = "terminate called without an active exception" in proc.stderr or "SIGABRT" in proc.stderr
         if proc.returncode == 0 or not (done and aborted):
             break

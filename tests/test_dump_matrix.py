@@ -141,7 +141,7 @@ def test_the_builtin_engine_records_the_argument_slots_msprobe_records(dumps):
         assert any(n.startswith(api + ".") for n in ours.data), api
     layer_norm = ours.data["Functional.layer_norm.0.forward"]["input_args"]
     assert layer_norm[4] == {"type": "float", "value": 1e-05}  # nn.LayerNorm passes eps positionally: recorded
-    assert ours.writer == {"name": "ascend_tune", "version": ours.writer["version"], "call_model": 2}
+    assert ours.writer == {"name": "ascend_tune", "version": ours.writer["version"], "call_model": 3}
 
 
 def test_parse_finds_ops_across_call_counts_and_shows_values_and_user_frames(dumps, capsys):

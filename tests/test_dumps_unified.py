@@ -177,7 +177,7 @@ def test_compare_metrics_are_named_and_the_csv_columns_come_from_one_map(tmp_pat
     import io
 
     from ascend_tune.analysis.dumps.compare import compare_dumps
-    from ascend_tune.analysis.dumps.metrics import COLUMNS, StatsDiff
+    from ascend_tune.analysis.dumps.differences import COLUMNS, StatsDiff
     from ascend_tune.analysis.dumps.table import columns, compare_csv
 
     def write(folder, norm):

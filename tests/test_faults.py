@@ -242,16 +242,16 @@ def test_a_users_callback_error_is_the_users_own(setup, tmp_path):
 
 
 def test_a_bug_in_the_step_log_costs_the_log_not_the_run(setup, tmp_path, monkeypatch, caplog):
-    from ascend_tune import TrainingMonitor, metrics
+    from ascend_tune import TrainingMonitor, step_clock
 
-    real = metrics.make_window
+    real = step_clock.make_window
 
     def make_window(entries, *args):
         if entries[0].step == 3:
             raise ZeroDivisionError("our maths")
         return real(entries, *args)
 
-    monkeypatch.setattr(metrics, "make_window", make_window)
+    monkeypatch.setattr(step_clock, "make_window", make_window)
     model, optimizer, loader = setup
     with caplog.at_level("WARNING", logger="ascend_tune"):
         with TrainingMonitor(model, optimizer, loader, log_dir=tmp_path, quiet=True):
@@ -277,7 +277,7 @@ def test_sigint_keeps_working_and_the_sigterm_handler_is_restored(setup, tmp_pat
 def test_a_sigterm_during_a_write_waits_for_it_and_a_forked_child_only_passes_it_on():
     import contextlib
 
-    from ascend_tune.formats.atomic import Outputs
+    from ascend_tune.outputs import Outputs
     from ascend_tune.sigterm import SigtermHandler
 
     seen = []

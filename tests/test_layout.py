@@ -122,7 +122,7 @@ def test_no_import_cycle_among_the_package_modules_also_for_type_checking():
 def test_offline_rooms_never_import_the_cli_or_the_runtime():
     known = _modules()
     runtime = ("ascend_tune.monitor", "ascend_tune.capture", "ascend_tune.steps", "ascend_tune.sinks",
-               "ascend_tune.cli", "ascend_tune.recording", *FEATURES.values())
+               "ascend_tune.outputs", "ascend_tune.cli", "ascend_tune.recording", *FEATURES.values())
     wrong = []
     for name, path in known.items():
         if not (name.startswith("ascend_tune.analysis") or name.startswith("ascend_tune.formats")):
@@ -158,7 +158,8 @@ def _in_package(name: str, package: str) -> bool:
 
 
 # what a feature's modules may import besides their own package: the layers below the features
-BELOW_FEATURES = ("ascend_tune.recording", "ascend_tune.capture", "ascend_tune.metrics", "ascend_tune.sinks",
+BELOW_FEATURES = ("ascend_tune.recording", "ascend_tune.capture", "ascend_tune.step_clock", "ascend_tune.sinks",
+                  "ascend_tune.outputs", "ascend_tune.events",
                   "ascend_tune.formats", "ascend_tune.config", "ascend_tune.errors", "ascend_tune.callbacks",
                   "ascend_tune.context", "ascend_tune.device", "ascend_tune.analysis", "ascend_tune.lazy",
                   "ascend_tune._version")

@@ -124,11 +124,14 @@ def test_a_gan_the_optimizer_of_the_model_passed_defines_the_steps(tmp_path):
             opt_g.zero_grad()
             g_loss.backward()
             opt_g.step()
-            seen.append(float(d_loss.detach()) + float(g_loss.detach()))
+            seen.append((float(d_loss.detach()), float(g_loss.detach())))
     records = read_jsonl(tmp_path / "metrics.jsonl")
     assert len(records) == 5  # one per generator step
-    # a step's loss is every backward since the previous step: here the discriminator's and the generator's
-    assert [r["loss"] for r in records] == pytest.approx(seen, rel=1e-6)
+    # a backward belongs to the next optimizer that steps: the step's loss is the generator's alone, and each
+    # optimizer's loss of the batch is beside it (the passed model's class names its optimizer)
+    assert [r["loss"] for r in records] == pytest.approx([g for _, g in seen], rel=1e-6)
+    assert [r["losses"] for r in records] == [
+        {"optimizer0": pytest.approx(d, rel=1e-6), "Linear": pytest.approx(g, rel=1e-6)} for d, g in seen]
     assert json.loads((tmp_path / "summary.json").read_text())["steps_from"]["optimizer"] == "Adam"
 
 

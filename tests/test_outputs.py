@@ -1,4 +1,4 @@
-"""The one fail-soft write path (formats.atomic.Outputs, LineFile) and the hand-written metrics.jsonl line."""
+"""The one fail-soft write path (outputs.Outputs, LineFile) and the hand-written metrics.jsonl line."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ascend_tune import metrics, sinks
+from ascend_tune import sinks, step_clock
 from ascend_tune.errors import OutputError
-from ascend_tune.formats.atomic import LineFile, Outputs, make_below, write_atomic
+from ascend_tune.formats.atomic import make_below, write_atomic
+from ascend_tune.outputs import LineFile, Outputs
 from ascend_tune.steps import ClosedStep
 
 
@@ -134,11 +135,14 @@ _floats = st.floats(allow_nan=True, allow_infinity=True, width=64)
     rank=st.integers(min_value=0, max_value=512),
     warmup=st.booleans(),
     memory=st.one_of(st.none(), st.floats(min_value=0, max_value=1e7)),
+    host=st.tuples(st.floats(min_value=0, max_value=1e6), st.floats(min_value=0, max_value=1e6)),
 )
-def test_the_hand_written_metrics_line_is_jsons_line(losses, seconds, samples, first, epoch, rank, warmup, memory):
+def test_the_hand_written_metrics_line_is_jsons_line(losses, seconds, samples, first, epoch, rank, warmup, memory,
+                                                     host):
     entries = [ClosedStep(first + i, None, None, i == 0, 0.0, 1796119648.123456 + i) for i in range(len(losses))]
-    window = metrics.make_window(entries, seconds, samples, losses)
-    context = {"epoch": epoch, "rank": rank, "world_size": rank + 1, "warmup": warmup, "memory_mib": memory}
+    window = step_clock.make_window(entries, seconds, samples, losses)
+    context = {"epoch": epoch, "rank": rank, "world_size": rank + 1, "warmup": warmup, "memory_mib": memory,
+               "host_s": {"data": host[0], "backward": host[1]}}
     line = sinks.metrics_line(window, context)
     assert line == sinks.json_line(sinks.window_record(window, **context))
     record = json.loads(line)

@@ -278,7 +278,8 @@ def test_report_shows_the_replay_and_fails_on_suspects(tmp_path, capsys):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_the_standard_passes_a_correct_rounding_and_catches_a_1e3_fault_in_float32(dtype):
-    from ascend_tune.analysis.dumps.replay import judge, standard_for
+    from ascend_tune.analysis.dumps.replay import breach
+    from ascend_tune.analysis.dumps.tolerance import standard_for
     from ascend_tune.precision.golden import measure
 
     gen = torch.Generator().manual_seed(0)
@@ -286,34 +287,35 @@ def test_the_standard_passes_a_correct_rounding_and_catches_a_1e3_fault_in_float
     g[0, :8] = 1e-12  # values that cancel to near zero are judged on the tensor's scale
     standard = standard_for([str(dtype)])
     correct = measure(g.to(dtype), g, standard.rtol)
-    assert judge(correct, standard) is None
+    assert breach(correct, standard) is None
     assert correct.norm_err <= {torch.float32: 1e-7, torch.bfloat16: 4e-3, torch.float16: 5e-4}[dtype]
     if dtype == torch.float32:
-        assert judge(measure((g * (1 + OFF)).to(dtype), g, standard.rtol), standard) is not None
+        assert breach(measure((g * (1 + OFF)).to(dtype), g, standard.rtol), standard) is not None
         partly = g.clone()
         partly.view(-1)[100:120] *= 1 + OFF  # 0.5% of the elements off: under the norm limit, over the ratio
         m = measure(partly.to(dtype), g, standard.rtol)
-        assert m.norm_err < standard.max_norm_err and "of elements off" in judge(m, standard)
+        assert m.norm_err < standard.max_norm_err and "of elements off" in breach(m, standard)
 
 
 def test_measure_handles_inf_nan_zeros_and_integers():
-    from ascend_tune.analysis.dumps.replay import STANDARDS, judge
+    from ascend_tune.analysis.dumps.replay import breach
+    from ascend_tune.analysis.dumps.tolerance import STANDARDS
     from ascend_tune.precision.golden import measure
 
     fp32 = STANDARDS["float32"]
     g = torch.tensor([1.0, float("-inf"), float("nan"), 2.0], dtype=torch.float64)
-    assert judge(measure(g.float(), g, fp32.rtol), fp32) is None  # the same inf and nan agree
+    assert breach(measure(g.float(), g, fp32.rtol), fp32) is None  # the same inf and nan agree
     d = g.float().clone()
     d[0] = float("inf")
     m = measure(d, g, fp32.rtol)
-    assert m.nonfinite == 1 and "inf/nan" in judge(m, fp32)
+    assert m.nonfinite == 1 and "inf/nan" in breach(m, fp32)
     zeros = torch.zeros(5, dtype=torch.float64)
     assert measure(zeros.float(), zeros, fp32.rtol).norm_err == 0.0
     assert math.isinf(measure(torch.ones(5), zeros, fp32.rtol).norm_err)
     exact = STANDARDS["exact"]
     idx = torch.arange(6)
-    assert judge(measure(idx, idx, exact.rtol), exact) is None
-    assert judge(measure(idx.flip(0), idx, exact.rtol), exact) is not None
+    assert breach(measure(idx, idx, exact.rtol), exact) is None
+    assert breach(measure(idx.flip(0), idx, exact.rtol), exact) is not None
     with pytest.raises(Exception, match="shape"):
         measure(torch.zeros(3), torch.zeros(4, dtype=torch.float64), fp32.rtol)
 

@@ -123,7 +123,8 @@ def test_held_backwards_end_no_step_until_the_first_optimizer_step(micro_batches
        st.booleans())
 def test_several_optimizers_the_one_stepping_the_model_defines_the_steps(iterations, passed):
     """A GAN: the discriminator back-propagates and steps first in each iteration. With the model (the generator)
-    known, the generator's optimizer ends steps, and each step's loss is every backward since the previous one."""
+    known, the generator's optimizer ends steps; a backward belongs to the next optimizer that steps, so each step's
+    loss is the generator's alone, and its ``losses`` hold both, the discriminator's of the same batch included."""
     loop = Loop(passed=passed, model=True)
     for (kind, batch, before, inside), other in iterations:
         loop.run(kind, batch, before, inside, other)
@@ -132,7 +133,53 @@ def test_several_optimizers_the_one_stepping_the_model_defines_the_steps(iterati
     assert loop.tracker.step_optimizer == G
     for closed, ((kind, _batch, before, inside), other) in zip(loop.committed, iterations):
         assert closed.skipped == (kind == "skip")
-        assert close(closed.loss, expected(before, inside, "sum", other))
+        assert close(closed.loss, expected(before, inside, "sum"))
+        assert list(closed.losses) == ["optimizer0", "optimizer1"]  # named in the order they first stepped: D, G
+        assert close(closed.losses["optimizer0"], sum(other)) and closed.losses["optimizer1"] == closed.loss
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.lists(losses, min_size=1, max_size=3), losses), min_size=1, max_size=8),
+       st.booleans(), st.booleans())
+def test_an_optimizer_stepping_after_the_steps_one_adds_its_loss_to_the_same_batch(batches, passed, loader):
+    """pytorch/examples' dcgan: per batch errD_real and errD_fake back-propagate, optimizerD steps, then errG does and
+    optimizerG steps. With D's optimizer defining steps (passed, or the first to step), step k logs errD(k) alone and
+    holds errG(k) beside it, with or without batches marked."""
+    ended, committed = [], []
+    name_of = lambda opt, i: {D: "Discriminator"}.get(opt, f"o{i}")  # noqa: E731
+    tracker = StepTracker(0, ended.append, committed.append, source="optimizer" if passed else "watch",
+                          optimizer=D if passed else None, name_of=name_of)
+    for d_losses, g_loss in batches:
+        if loader:
+            tracker.batch(4)
+        for loss in d_losses:
+            tracker.backward(loss)
+            tracker.backward_done()
+        tracker.optimizer_pre(D)
+        tracker.optimizer_post(D)
+        tracker.backward(g_loss)
+        tracker.backward_done()
+        tracker.optimizer_pre(G)
+        tracker.optimizer_post(G)
+    tracker.commit()
+    assert [c.step for c in committed] == ended == list(range(len(batches)))
+    for closed, (d_losses, g_loss) in zip(committed, batches):
+        assert close(closed.loss, sum(d_losses))
+        assert closed.losses == {"Discriminator": closed.loss, "o1": g_loss}
+
+
+def test_two_optimizers_over_one_loss_share_it():
+    """One backward, two optimizers (say, one for the matrices, one for the rest): the second to step shares the
+    loss; the steps' optimizer keeps it whichever of them steps first."""
+    for order in ((G, D), (D, G)):
+        loop = Loop()
+        for loss in (1.0, 2.0):
+            loop.tracker.batch(1)
+            loop.backward(loss)
+            for name in order:
+                loop.optimizer_step(name)
+        loop.tracker.commit()
+        assert [c.loss for c in loop.committed] == [1.0, 2.0], order
 
 
 def test_with_no_model_the_first_optimizer_to_step_defines_the_steps():
@@ -140,9 +187,11 @@ def test_with_no_model_the_first_optimizer_to_step_defines_the_steps():
     for g, d in ((1.0, 10.0), (2.0, 20.0), (3.0, 30.0)):
         loop.run("step", 4, [g], [], other=[d])
     loop.tracker.commit()
-    # D steps first, so D's steps end steps: the first holds D's loss, each later one G's loss before it plus D's
+    # D steps first, so D's steps end steps with D's loss; G's loss of the same batch is beside it
     assert loop.tracker.step_optimizer == D
-    assert [(c.step, c.loss) for c in loop.committed] == [(0, 10.0), (1, 21.0), (2, 32.0)]
+    assert [(c.step, c.loss, c.losses) for c in loop.committed] == [
+        (0, 10.0, {"optimizer0": 10.0, "optimizer1": 1.0}), (1, 20.0, {"optimizer0": 20.0, "optimizer1": 2.0}),
+        (2, 30.0, {"optimizer0": 30.0, "optimizer1": 3.0})]
 
 
 @settings(max_examples=100, deadline=None)

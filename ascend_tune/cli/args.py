@@ -74,6 +74,12 @@ def add_selectors(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rank", type=count, help="the rank to use when the dump holds several")
 
 
+def add_jobs(parser: argparse.ArgumentParser) -> None:
+    """Add ``-j`` / ``--jobs``: worker processes for the ranks of a multi-rank location."""
+    parser.add_argument("-j", "--jobs", type=int_at_least(1), default=None, metavar="N",
+                        help="worker processes for a location with several ranks or steps (default: the CPU count)")
+
+
 LOG_FORMATS = ("auto", "text", "jsonl", "hf", "lightning", "tensorboard")  # analysis.logs.detect.FORMATS + auto
 
 

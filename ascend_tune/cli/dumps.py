@@ -12,7 +12,7 @@ import os
 from typing import Any
 
 from ..errors import InputError, OutputError
-from .args import add_force, add_json, add_out, add_selectors, fraction
+from .args import add_force, add_jobs, add_json, add_out, add_selectors, fraction
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
@@ -26,6 +26,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--fuzzy", action="store_true", help="pair ops by API and call order, ignoring call counts")
     p.add_argument("--rtol", type=fraction, help="one agreement tolerance for all float dtypes (default: by dtype)")
     add_selectors(p)
+    add_jobs(p)
     add_json(p, "the summary")
     add_force(p)
     p.set_defaults(run=_compare_dump)
@@ -39,6 +40,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("overflow", help="the first op with inf/NaN in a finished dump, with its stack")
     p.add_argument("dump", help="a dump folder, a dump.json, a ptdbg .pkl, a packed archive or an overflow.json")
     add_selectors(p)
+    add_jobs(p)
+    add_json(p, "the whole-run findings (a location with several ranks or steps)")
     p.set_defaults(run=_overflow)
 
     p = subparsers.add_parser("replay", help="the calls a replayed step's device computed wrongly (task='replay')")
@@ -71,6 +74,8 @@ def _compare_dump(args: argparse.Namespace) -> int:
             raise OutputError(f"{args.out} is a file; -o takes a folder for compare_result.csv")
         outputs = tuple(os.path.join(args.out, n) for n in ("compare_result.csv", "compare_summary.json"))
         refuse_existing(outputs, args.force)
+    if _whole_run(args, args.base, args.target):
+        return _compare_runs(args, outputs)
     with _opened(args.base, args) as base, _opened(args.target, args) as target:
         result = compare.compare_dumps(base, target, args.mode, args.fuzzy, args.rtol)
     if outputs:
@@ -84,6 +89,54 @@ def _compare_dump(args: argparse.Namespace) -> int:
     return 0 if result.passed else 1
 
 
+def _whole_run(args: argparse.Namespace, *paths: str) -> bool:
+    """No --step / --rank and a location with several dumps: every rank and step at once."""
+    from ..analysis.dumps.ranks import holds_several
+
+    return args.step is None and args.rank is None and any(holds_several(p) for p in paths)
+
+
+def _compare_runs(args: argparse.Namespace, outputs: tuple) -> int:
+    from ..analysis.dumps import ranks
+
+    if outputs:  # one compare_result.csv per step and rank below OUT, beside the run's summary
+        outputs = outputs[1:]
+    found = ranks.compare_runs(args.base, args.target, args.mode, args.fuzzy, args.rtol, args.jobs, args.out)
+    return _print_findings(args, found, outputs)
+
+
+def _overflow_runs(args: argparse.Namespace) -> int:
+    from ..analysis.dumps import ranks
+
+    return _print_findings(args, ranks.overflow_runs(args.dump, args.jobs), ())
+
+
+def _print_findings(args: argparse.Namespace, found: Any, outputs: tuple) -> int:
+    """Unreadable dumps one line each on stderr; exit 2 when none could be read, else 0 / 1 by the run's verdict."""
+    import sys
+
+    from ..analysis.dumps.ranks import summary_bytes
+    from ..formats.atomic import make_folder, write_atomic
+    from .ranks_text import findings_lines, unreadable_lines
+    from .verdict_text import print_lines
+
+    for line in unreadable_lines(found):
+        print(line, file=sys.stderr)
+    if not found.readable:
+        raise InputError(f"no dump of {' or '.join(found.locations)} could be read (see the lines above)")
+    if found.task == "compare" and not any(r.status in ("agree", "diverge") for r in found.ranks):
+        raise InputError(f"{found.locations[0]} and {found.locations[1]} have no step and rank in common; pass "
+                         "two dumps of the same steps and ranks, or pick one of each with --step / --rank")
+    if outputs:
+        make_folder(args.out)
+        write_atomic(outputs[0], summary_bytes(found))
+    if getattr(args, "json", False):
+        print(summary_bytes(found).decode().rstrip())
+    else:
+        print_lines(findings_lines(found, outputs))
+    return 0 if found.passed else 1
+
+
 def _parse(args: argparse.Namespace) -> int:
     from .verdict_text import op_lines, print_lines
 
@@ -93,9 +146,14 @@ def _parse(args: argparse.Namespace) -> int:
 
 
 def _overflow(args: argparse.Namespace) -> int:
-    from ..analysis.dumps import overflow
+    from ..analysis.dumps import overflow, ranks
     from .verdict_text import overflow_lines, print_lines
 
+    if _whole_run(args, args.dump):
+        return _overflow_runs(args)
+    recorded = ranks.recorded_runs(args.dump) if args.step is None and args.rank is None else None
+    if recorded is not None:
+        return _print_findings(args, recorded, ())
     report = overflow.overflow_report(args.dump, args.step, args.rank)
     print_lines(overflow_lines(report))
     return 0 if report.first is None else 1

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from .args import add_force, add_json, add_log_reading, add_threshold, count, log_reading
+from .args import add_force, add_jobs, add_json, add_log_reading, add_threshold, count, log_reading
 
 LOG_FORMS = ("a log.txt, metrics.jsonl, trainer_state.json, Lightning metrics.csv or TensorBoard event file, or a "
              "run folder holding one")
@@ -36,6 +36,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                    help="optimizer steps left out at the start of each run as warm-up (default: the warmup_steps "
                         "of the summary.json beside the log, else 10)")
     add_log_reading(p, "RUN")
+    add_jobs(p)
     add_json(p, "the statistics")
     p.set_defaults(run=_perf)
 
@@ -64,6 +65,9 @@ def _compare_loss(args: argparse.Namespace) -> int:
 
 def _perf(args: argparse.Namespace) -> int:
     from ..analysis.logs import detect, read, throughput
+    from ..analysis.logs.ranks import rank_waits
+    from ..analysis.traces.ranks import slow_rank
+    from .ranks_text import slow_rank_lines, slow_rank_record, wait_lines, wait_record
     from .verdict_text import json_text, print_lines, rank_lines, read_line, read_record, throughput_lines
 
     how = log_reading(args, len(args.runs))
@@ -72,6 +76,8 @@ def _perf(args: argparse.Namespace) -> int:
     paths = [p for p, _ in found]
     report = throughput.throughput(logs, args.exclude_first)
     ranks = {p: throughput.rank_throughput(p, args.exclude_first) for p in paths}
+    waits = {p: rank_waits(p) for p in paths if ranks[p]}
+    traced = {p: slow_rank(p, args.jobs) for p in paths if ranks[p]}
     if args.json:
         out = report.as_dict()
         for run, path, log in zip(out["runs"], paths, logs):
@@ -81,6 +87,10 @@ def _perf(args: argparse.Namespace) -> int:
                  "relative": r.relative, "slow": r.slow}
                 for r in ranks[path]
             ]
+            if path in waits:
+                run["waits"] = wait_record(waits[path])
+            if traced.get(path) is not None:
+                run["traces"] = slow_rank_record(traced[path])
         print(json_text(out))
     else:
         lines = [read_line(log) for log in logs if log.kind not in ("text", "jsonl")]
@@ -88,5 +98,9 @@ def _perf(args: argparse.Namespace) -> int:
         for path, table in ranks.items():
             if table:
                 lines += rank_lines(path, table)
+            if path in waits:
+                lines += wait_lines(waits[path])
+            if traced.get(path) is not None:
+                lines += slow_rank_lines(traced[path])
         print_lines(lines)
     return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from .args import add_force, add_log_reading, add_out, add_threshold, log_reading
+from .args import add_force, add_jobs, add_log_reading, add_out, add_threshold, log_reading
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
@@ -18,6 +18,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     add_out(cmd, "the HTML file to write (default: RUN/report.html)", metavar="FILE", also=("--output",))
     add_threshold(cmd)
     cmd.add_argument("--no-advise", action="store_true", help="do not run the trace advisor on the run's traces")
+    add_jobs(cmd)
     add_force(cmd)
     cmd.set_defaults(run=_cmd_report)
 
@@ -30,7 +31,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
     out = args.out or os.path.join(args.run_dir, REPORT_HTML)
     report = build_report(args.run_dir, baseline=args.baseline, threshold=args.threshold, advise=not args.no_advise,
-                          baseline_reading=log_reading(args, 1)[0])
+                          baseline_reading=log_reading(args, 1)[0], jobs=args.jobs)
     refuse_existing(report_files(report, out), args.force)
     make_folder(os.path.dirname(os.path.abspath(out)))
     written = write_report(report, out)

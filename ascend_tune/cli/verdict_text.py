@@ -13,8 +13,9 @@ from ..analysis.dumps.overflow import OverflowReport
 from ..analysis.dumps.replay import ReplayVerdict
 from ..analysis.logs.compare import LossComparison
 from ..analysis.logs.model import LossLog
+from ..analysis.logs.ranks import SLOW_RANK
 from ..analysis.logs.rates import RateStats
-from ..analysis.logs.throughput import SLOW_RANK, ThroughputReport
+from ..analysis.logs.throughput import ThroughputReport
 from ..formats.dump_layout import format_frame
 
 
@@ -146,7 +147,7 @@ def dump_lines(result: DumpComparison, written: tuple = ()) -> list:
     ]
     first = result.first
     if first is None:
-        lines.append("  first divergence: none, every op agrees within tolerance")
+        lines.append(f"  first divergence: none; {result.closeness()}")
     else:
         where = f" (in {first.parent})" if first.parent else ""
         lines.append(f"  first divergence: {first.op}{where}")
@@ -227,6 +228,9 @@ def replay_lines(verdict: ReplayVerdict) -> list:
             lines.append(f"    suspect: {row.name} ({row.dtype}) {numbers}")
         if len(report.suspects) > MAX_SUSPECT_LINES:
             lines.append(f"    ... {len(report.suspects) - MAX_SUSPECT_LINES} more in {report.source}")
+    if len({r.rank for r in verdict.reports}) > 1 and verdict.first is not None:  # every rank: the run's first
+        report, row = verdict.first
+        lines.append(f"  first suspect of the run: rank {report.rank}, step {report.step}, {row.name}")
     lines.append(f"  verdict: {'SUSPECTS' if verdict.first else 'PASS'}")
     return lines
 

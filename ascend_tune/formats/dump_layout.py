@@ -15,11 +15,15 @@ wrote a bare ``rank``. A frame of stack.json is one string, ``File {file}, line 
 (:mod:`ascend_tune.analysis.dumps`).
 
 The builtin engine adds ``writer`` to dump.json's header, ``{"name": "ascend_tune", "version": ..., "call_model":
-2}``; msprobe writes none, nor did the builtin engine before call model 2. Call models: **2** records an API's
-arguments as its caller passed them, the slots msprobe records (positional by position, defaults the caller passed
-included, keywords by name); **1** (builtin dumps without ``writer``) recorded the keywords a Python-level torch
-function forwards by name and left out those at their defaults. Readers take both: the compare pairs arguments by
-parameter name and stands a missing one in by its default.
+3}``; msprobe writes none, nor did the builtin engine before call model 2. Call models: **3** records every
+argument as the op received it, as msprobe's pre-hook does (an in-place op's ``self`` before the op ran);
+**2** records an API's arguments as its caller passed them, the slots msprobe records (positional by position,
+defaults the caller passed included, keywords by name), but kept a 0-d tensor argument as an alias read back at the
+step's end, so an in-place op's 0-d ``self`` (AdamW's ``step_t += 1``) showed the value after the op; **1** (builtin
+dumps without ``writer``) also recorded the keywords a Python-level torch function forwards by name and left out
+those at their defaults. Readers take all three: the compare pairs arguments by parameter name and stands a missing
+one in by its default, and does not compare a 0-d argument an op mutates where a dump of call model 1 or 2 holds it
+(:func:`ascend_tune.analysis.dumps.calls.mutated_slots`).
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ JOURNAL = "dump.journal"
 TENSOR_DIR = "dump_tensor_data"
 WRITER = "writer"
 BUILTIN_WRITER = "ascend_tune"
-CALL_MODEL = 2
+CALL_MODEL = 3
 REPLAY_CSV = "replay.csv"
 REPLAY_JSON = "replay.json"
 REPLAY_COLUMNS = ("index", "name", "dtype", "shape", "verdict", "max_abs_err", "max_rel_err", "err_ratio", "norm_err",

@@ -1,8 +1,9 @@
-"""The seed's log line, written and parsed side by side.
+"""The seed's log line: how the monitor writes it and what a reader takes for one.
 
 ``[2024-05-01 12:00:00] (step=0000042) Train Loss: 1.2345, Train Steps/Sec: 9.87`` — byte for byte what the
-blog-post snippets print, so every tool that reads those logs reads ours. :data:`LINE` is the parser's definition
-(whatever precedes the ``(step=`` marker and follows the rate is ignored; NaN/Inf read back as such).
+blog-post snippets print, so every tool that reads those logs reads ours. :data:`LINE` is the readers' definition
+(:mod:`ascend_tune.analysis.logs.read` and its scan; whatever precedes the ``(step=`` marker and follows the rate
+is ignored; NaN/Inf read back as such).
 """
 
 from __future__ import annotations
@@ -33,10 +34,3 @@ def format_log_line(step: int, loss: float, steps_per_sec: float, when: Optional
         _stamp_cache[:] = [second, time.strftime(TIME_FORMAT, time.localtime(second))]
     return _PERCENT % (_stamp_cache[1], step, loss, steps_per_sec)
 
-
-def parse_log_line(line: bytes) -> Optional[tuple]:
-    """``(step, loss, steps_per_sec)`` of one line, or None when it holds no loss line."""
-    m = LINE.search(ANSI.sub(b"", line))
-    if m is None:
-        return None
-    return int(m.group(1)), float(m.group(2)), float(m.group(3))

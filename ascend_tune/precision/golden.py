@@ -5,7 +5,8 @@ Copies: a floating tensor becomes a float64 CPU copy (complex: complex128), an i
 of the same dtype, a floating ``torch.dtype`` argument ``torch.float64`` (``softmax(x, dtype=torch.float32)`` is
 computed in float64 too: a golden value in float32 would not be golden), a device argument the CPU; everything
 else is passed as it was. The same tensor passed twice is copied once (``x * x``, ``x.add_(x)``).
-The metrics and the verdict rule are :mod:`ascend_tune.analysis.dumps.replay`'s.
+The error's maths is :mod:`ascend_tune.analysis.dumps.differences`', the verdict rule
+:mod:`ascend_tune.analysis.dumps.replay`'s.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from ..analysis.dumps.replay import Metrics, Standard, standard_for
+from ..analysis.dumps.differences import ReplayError, replay_error
+from ..analysis.dumps.tolerance import Standard, standard_for
 
 MAX_DEPTH = 16
 CPU = torch.device("cpu")
@@ -202,12 +204,12 @@ class Scratch:
 _NUMPY_READY = {torch.float32, torch.float64}
 
 
-def measure(device: torch.Tensor, golden: torch.Tensor, rtol: float, scratch: Optional[Scratch] = None) -> Metrics:
+def measure(device: torch.Tensor, golden: torch.Tensor, rtol: float, scratch: Optional[Scratch] = None) -> ReplayError:
     """How far ``device`` (any dtype and device) is from ``golden`` (CPU, float64 or integer): see
     :mod:`ascend_tune.analysis.dumps.replay`. Raises Unreplayable when the shapes differ.
 
-    Computed in numpy over read-only views of the two results and two reused buffers: memory writes are what a
-    comparison of large tensors costs, so it makes as few as it can and allocates nothing.
+    The results become read-only float64 numpy views here; the maths is
+    :func:`ascend_tune.analysis.dumps.differences.replay_error`'s.
     """
     if device.shape != golden.shape:
         raise Unreplayable(f"the CPU replay's shape {list(golden.shape)} differs from the device's "
@@ -217,7 +219,7 @@ def measure(device: torch.Tensor, golden: torch.Tensor, rtol: float, scratch: Op
         device, golden = torch.view_as_real(device), torch.view_as_real(golden)
     n = device.numel()
     if n == 0:
-        return Metrics(0.0, 0.0, 0.0, 0.0, 0)
+        return ReplayError(0.0, 0.0, 0.0, 0.0, 0)
     if device.device.type != "cpu":
         device = device.to(CPU)
     if device.dtype not in _NUMPY_READY:  # bfloat16 (numpy has none), float16, integers, bool: exact in float64
@@ -225,32 +227,7 @@ def measure(device: torch.Tensor, golden: torch.Tensor, rtol: float, scratch: Op
     dn = device.contiguous().numpy().reshape(-1)  # both read only: a view of the device's result may be the user's
     gn = golden.to(torch.float64).contiguous().numpy().reshape(-1)
     diff, work = (scratch or Scratch()).buffers(n)
-    with np.errstate(all="ignore"):
-        nonfinite = 0
-        np.subtract(dn, gn, out=diff)
-        np.abs(diff, out=diff)
-        max_abs = float(diff.max())
-        if not math.isfinite(max_abs):  # inf/nan on either side: equal ones agree, the others count apart
-            both = np.isfinite(dn) & np.isfinite(gn)
-            same = (dn == gn) | (np.isnan(dn) & np.isnan(gn))
-            nonfinite = int(np.count_nonzero(~both & ~same))
-            gn = np.where(both, gn, 0.0)
-            np.abs(np.where(both, dn, 0.0) - gn, out=diff)
-            max_abs = float(diff.max())
-        if max_abs == 0.0 and not nonfinite:
-            return Metrics(0.0, 0.0, 0.0, 0.0, 0)
-        norm, diff_norm = _norm(gn, work), _norm(diff, work)
-        rms = norm / math.sqrt(n)
-        if rms > 0:
-            np.abs(gn, out=work)
-            np.maximum(work, rms, out=work)
-            np.divide(diff, work, out=work)
-        else:
-            np.copyto(work, np.where(diff > 0, np.inf, 0.0))
-        max_rel = float(work.max())
-        over = (int(np.count_nonzero(work > rtol)) if max_rel > rtol else 0) + nonfinite
-    norm_err = diff_norm / norm if norm > 0 else (0.0 if diff_norm == 0 else math.inf)
-    return Metrics(max_abs, max_rel, min(over / n, 1.0), norm_err, nonfinite)
+    return replay_error(dn, gn, rtol, diff, work, _norm)
 
 
 _LARGE = 1 << 14

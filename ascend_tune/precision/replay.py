@@ -32,20 +32,10 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from ..analysis.dumps.differences import ReplayError
 from ..analysis.dumps.model import parse_frame
-from ..analysis.dumps.replay import (
-    PASS,
-    SKIPPED,
-    STANDARDS,
-    SUSPECT,
-    Metrics,
-    ReplayReport,
-    ReplayRow,
-    Standard,
-    judge,
-    replay_csv,
-    replay_summary,
-)
+from ..analysis.dumps.replay import PASS, SKIPPED, SUSPECT, ReplayReport, ReplayRow, breach, replay_csv, replay_summary
+from ..analysis.dumps.tolerance import STANDARDS, Standard
 from ..formats.atomic import make_folder, write_atomic, write_json_atomic
 from ..formats.dump_layout import REPLAY_CSV, REPLAY_JSON
 from ..recording.frames import internal, on_behalf
@@ -131,7 +121,7 @@ class StepReplay:
         for i, d, g in pairs:
             limits = standard if _is_float(d) else STANDARDS["exact"]
             m = golden.measure(d, g, limits.rtol, self._scratch)
-            why = judge(m, limits)
+            why = breach(m, limits)
             if why:
                 whys.append(why if len(pairs) == 1 else f"output {i}: {why}")
             metrics = m if metrics is None else metrics.worst(m)
@@ -146,7 +136,7 @@ class StepReplay:
     def _skipped(self, name: str, like: Optional[torch.Tensor], reason: str) -> None:
         self._add(name, like, SKIPPED, reason=reason)
 
-    def _add(self, name: str, like: Optional[torch.Tensor], verdict: str, metrics: Optional[Metrics] = None,
+    def _add(self, name: str, like: Optional[torch.Tensor], verdict: str, metrics: Optional[ReplayError] = None,
              standard: Optional[Standard] = None, reason: str = "", frames: tuple = ()) -> None:
         dtype, shape = _dtype(like), _shape(like)
         with self._engine.lock:

@@ -2,9 +2,11 @@
 
 Each tensor is reduced on its own device to 0-d results that stay there (aminmax, then a sum and a sum of squares,
 the two cheapest full passes; Mean and Norm are finished on the host); at the step's end they are stacked and
-copied to the host once per (device, kind) group. Per-op ``.item()`` calls,
-as msprobe makes them, sync the device at every op and are what change numerics ("the NaN disappears when the tool
-is on") and make a dump tens of times slower than the step.
+copied to the host once per (device, kind) group. The reductions run when the tensor is described, so each
+statistic is of the tensor as the op received it (an in-place op's ``self`` before the op ran, as msprobe's pre-hook
+records it); a 0-d tensor is copied rather than kept (call model 3, :mod:`ascend_tune.formats.dump_layout`).
+Per-op ``.item()`` calls, as msprobe makes them, sync the device at every op and are what change numerics ("the NaN
+disappears when the tool is on") and make a dump tens of times slower than the step.
 
 A ``DTensor`` (FSDP2, tensor parallel) is described by this rank's local shard (:func:`local_shard`): its statistics
 need no collective, work for every placement (a ``Partial`` sum from ``clip_grad_norm_`` included) and are what
@@ -30,6 +32,7 @@ _FLOAT, _DOUBLE, _INT, _BOOL = "float", "double", "int", "bool"
 _SCALARS = {"scalar_float": torch.float32, "scalar_double": torch.float64, "scalar_int": torch.int64}
 
 
+_COPY_SCALARS = True  # call model 3; benchmarks/dump_overhead.py sets it False to price the copy (call model 2)
 _DOT_FROM = 1 << 16  # elements
 _WIDTH = {_FLOAT: 4, _DOUBLE: 4, _INT: 2, _BOOL: 2, "scalar_float": 1, "scalar_double": 1, "scalar_int": 1}
 
@@ -83,7 +86,9 @@ class StatsBuffer:
                 kind = "scalar_float"
             else:
                 kind = "scalar_int"
-            values = (t.to(_SCALARS[kind]),)
+            # a copy, never the tensor itself (``.to`` of its own dtype aliases): read back at step end, an alias
+            # would show the value after the op (AdamW's ``step_t += 1``) and after any later in-place change
+            values = (t.to(_SCALARS[kind], copy=_COPY_SCALARS),)
         elif dtype is torch.bool:
             kind, values = _BOOL, (t.any(), t.all())
         elif dtype.is_floating_point:

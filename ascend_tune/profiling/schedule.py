@@ -20,8 +20,8 @@ import os
 from typing import Any, Callable, Optional, Union
 
 from ..errors import ConfigError
-from ..formats.atomic import Outputs
 from ..formats.run_dir import PROFILE_DIR, rank_dir_name
+from ..outputs import Outputs
 from . import backends
 from .config import ProfileConfig
 from .retention import TraceRetention

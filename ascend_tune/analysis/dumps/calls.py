@@ -87,10 +87,12 @@ def signature(api: str) -> Optional[Signature]:
     return Signature(tuple(positional), by_name)
 
 
-def api_of(op_name: str) -> Optional[str]:
-    """The API of a forward API call (``Functional.layer_norm.0.forward`` -> ``Functional.layer_norm``), else None."""
+def api_of(op_name: str, backward: bool = False) -> Optional[str]:
+    """The API of a forward API call (``Functional.layer_norm.0.forward`` -> ``Functional.layer_norm``), with
+    ``backward`` of its backward too, else None."""
     m = _API_CALL.match(op_name)
-    return m["api"] if m and m["dir"] == "forward" and not op_name.startswith("Module.") else None
+    wanted = ("forward", "backward") if backward else ("forward",)
+    return m["api"] if m and m["dir"] in wanted and not op_name.startswith("Module.") else None
 
 
 def argument(api: Optional[str], slot: str) -> tuple:
@@ -131,3 +133,28 @@ def has(value: Any) -> bool:
 def family(api: str) -> str:
     """The API an op name belongs to for pairing: reflected operators fold into their plain form."""
     return _REFLECTED.get(api, api)
+
+
+@functools.cache
+def mutated_slots(api: Optional[str]) -> tuple:
+    """The argument slots an API writes into (``Tensor.add_`` -> ``("input.0",)``), read from its name once per API.
+
+    torch's convention, the one its schemas follow: a Tensor method or torch function whose name ends in one
+    underscore works in place on its first argument (``Tensor.addcdiv_``, ``Torch._foreach_lerp_``, the augmented
+    operators ``Tensor.__iadd__``); a collective writes into its first argument; ``out=`` is written by any API
+    (:func:`mutates`). A slot's own elements (``input.0.3`` of a foreach list) count with it.
+    """
+    if not api:
+        return ()
+    prefix, _, name = api.partition(".")
+    inplace_name = name.endswith("_") and not name.endswith("__") or name.startswith("__i") and name.endswith("__")
+    if prefix in ("Tensor", "Torch", "NPU") and inplace_name or prefix == "Distributed":
+        return ("input.0",)
+    return ()
+
+
+def mutates(api: Optional[str], slot: str) -> bool:
+    """Whether ``slot`` of a call to ``api`` is an argument the call writes into (see :func:`mutated_slots`)."""
+    if slot == "input.out" or slot.startswith("input.out."):
+        return True
+    return any(slot == s or slot.startswith(s + ".") for s in mutated_slots(api))

@@ -5,15 +5,10 @@ family, ``fuzzy=True`` by call order for every API; arguments by the parameter t
 not record against the default it stands for. So a builtin dump and a msprobe dump of the same run pair slot for
 slot though the engines record some calls differently.
 
-Metrics and msprobe's verdicts: :mod:`.metrics` and :mod:`.verdicts`; the CSV and JSON written: :mod:`.table`.
+How two tensors differ (msprobe's metrics) and msprobe's verdicts: :mod:`.differences` and :mod:`.verdicts`; the
+CSV and JSON written: :mod:`.table`.
 
-**First divergence** (:func:`first_divergence`): walking TARGET's ops in execution order, the first op whose
-output disagrees beyond the tolerance of its dtype (and, for Mean and Norm, of its element count) while its inputs
-agree (dtype and shape count: a cast to bfloat16 is a divergence; a backward gradient whose shape differs only by a
-view, the same elements, is compared by its statistics). A differing string, bool or number argument makes the op
-the divergence. When the first disagreement is in an op's *inputs* instead, the difference came from somewhere the
-dump cannot compare: an op that only one run has (named, e.g. an extra ``x * 1.01``), or code the dump does not
-record (construct.json's unrecorded ops in between are listed); that op is named with the reason.
+**First divergence**: :mod:`.divergence`.
 """
 
 from __future__ import annotations
@@ -25,13 +20,14 @@ from typing import Optional
 import numpy as np
 
 from ...errors import InputError
-from . import metrics, pairing, verdicts
-from .metrics import StatsDiff, TensorMetrics
-from .model import Dump, Leaf, Op, Stats
+from . import calls, differences, pairing, tolerance, verdicts
+from .differences import StatsDiff, TensorMetrics
+from .divergence import Closest, FirstDivergence, Uncertain, first_divergence, walk
+from .model import Dump, Leaf, Stats
 from .pairing import OpPair, match_key, match_ops
 
-__all__ = ["CompareRow", "DumpComparison", "FirstDivergence", "OpPair", "compare_dumps", "first_divergence",
-           "match_key", "match_ops"]
+__all__ = ["Closest", "CompareRow", "DumpComparison", "FirstDivergence", "OpPair", "Uncertain", "compare_dumps",
+           "first_divergence", "match_key", "match_ops", "walk"]
 
 
 @dataclass(frozen=True)
@@ -60,22 +56,6 @@ class CompareRow:
         return (self.target or self.base).role  # type: ignore[union-attr]
 
 
-@dataclass(frozen=True)
-class FirstDivergence:
-    """Where two runs first part (see the module docstring)."""
-
-    op: str
-    kind: str  # "output", "argument", "only in TARGET", "only in BASE" or "inputs"
-    reason: str
-    row: Optional[str]
-    error: float
-    tolerance: float
-    parent: Optional[str]
-    stack: tuple  # user frames
-    next_op: Optional[str]  # for an op only one run has: the next op, whose inputs already differ
-    unrecorded: tuple  # ops construct.json lists between the last agreeing op and this one, with no data
-
-
 @dataclass(frozen=True, eq=False)
 class DumpComparison:
     """Two dumps compared."""
@@ -90,6 +70,8 @@ class DumpComparison:
     tolerance_override: Optional[float]
     base_engine: str = "msprobe"  # which tool wrote each dump (Dump.engine)
     target_engine: str = "msprobe"
+    uncertain: tuple = ()  # Uncertain: ops beyond tolerance whose inputs' differences may explain it
+    closest: Optional[Closest] = None  # with no divergence: the output row nearest its tolerance
 
     def count(self, result: str) -> int:
         return sum(1 for r in self.rows if r.result == result)
@@ -101,6 +83,20 @@ class DumpComparison:
     @property
     def only_base(self) -> int:
         return sum(1 for p in self.pairs if p.target is None)
+
+    def closeness(self) -> str:
+        """How close runs that do not diverge came (one line): the output nearest its tolerance, and the ops left
+        uncertain."""
+        closest = self.closest
+        line = (f"aligned, worst op {closest.op} ({closest.slot}) at {closest.ratio:.2g} of its tolerance" if closest
+                else "aligned, every compared output equal")
+        if self.uncertain:
+            first = self.uncertain[0]
+            line += (f"; {len(self.uncertain)} op(s) that divide or normalise differ beyond tolerance where their "
+                     f"inputs already differed (uncertain: first {first.op}, {first.error:.3g} against "
+                     f"{first.tolerance:.3g}, its inputs carried {first.carried:.3g}); dump with task='tensor' to "
+                     "decide them")
+        return line
 
     @property
     def passed(self) -> bool:
@@ -133,10 +129,9 @@ def compare_dumps(
         mode = "tensor" if base.has_tensors and target.has_tensors else "statistics"
     pairs = match_ops(base, target, fuzzy)
     rows = _rows(pairs, base, target, mode == "tensor", rtol)
-    return DumpComparison(
-        base.label, target.label, mode, fuzzy, tuple(pairs), tuple(rows),
-        first_divergence(pairs, rows, target), rtol, base.engine, target.engine,
-    )
+    first, uncertain, closest = walk(pairs, rows, target, base if mode == "tensor" else None)
+    return DumpComparison(base.label, target.label, mode, fuzzy, tuple(pairs), tuple(rows), first, rtol, base.engine,
+                          target.engine, uncertain, closest)
 
 
 def _rows(pairs: list, base: Dump, target: Dump, tensor_mode: bool, rtol: Optional[float]) -> list:
@@ -147,20 +142,29 @@ def _rows(pairs: list, base: Dump, target: Dump, tensor_mode: bool, rtol: Option
     numeric = [i for i, (_, a) in enumerate(raw) if _numeric(a.target) and _numeric(a.base)]
     t_stats = np.array([raw[i][1].target.stats for i in numeric], dtype=np.float64).reshape(-1, len(Stats._fields))
     b_stats = np.array([raw[i][1].base.stats for i in numeric], dtype=np.float64).reshape(-1, len(Stats._fields))
-    diffs = metrics.statistics_diffs(t_stats, b_stats)
-    stat_error = metrics.statistics_error(t_stats, b_stats)
+    diffs = differences.statistics_diffs(t_stats, b_stats)
+    stat_error = differences.statistics_error(t_stats, b_stats)
     by_row = {i: n for n, i in enumerate(numeric)}
     engines = _engines(base, target)
     regrouped = {k for k, pair in enumerate(pairs) if _regrouped(pair)}
+    stale = _stale_inputs(base, target)
 
     rows = []
     for i, (k, arg) in enumerate(raw):
         n = by_row.get(i)
         t, b = arg.target, arg.base
-        tol = metrics.tolerance(t.dtype if t else "", b.dtype if b else "", rtol)
+        tol = tolerance.tolerance(t.dtype if t else "", b.dtype if b else "", rtol)
+        if (t or b).role == "output":  # type: ignore[union-attr]
+            tol = tolerance.kernel_tolerance(calls.api_of(pairs[k].name, backward=True), tol,
+                                             (t or b).dtype, _reduction_length(pairs[k], t or b), rtol)  # type: ignore
         tensor = None
         note = ""
-        if k in regrouped and (t or b).role == "output":  # type: ignore[union-attr]
+        uncompared = k in regrouped and (t or b).role == "output"  # type: ignore[union-attr]
+        if stale and _mutated_scalar(pairs[k], t, b, arg.key):
+            uncompared, error, reason = True, 0.0, ""
+            note = (f"{stale} recorded this 0-d argument after the op wrote into it (call model 2 or older): "
+                    "not compared (the op's output is)")
+        elif uncompared:
             error, reason = 0.0, ""
             note = (f"BASE's backward recorded {len(pairs[k].base.outputs)} gradient(s), TARGET's "
                     f"{len(pairs[k].target.outputs)} of the same elements: different autograd nodes (a fused "
@@ -172,7 +176,7 @@ def _rows(pairs: list, base: Dump, target: Dump, tensor_mode: bool, rtol: Option
             if tensor_mode:
                 tensor, error, reason = _tensor_compare(target, base, t, b, error, reason, tol, view)
         else:
-            error, reason = metrics.leaf_error(t, b, arg.parameter)
+            error, reason = differences.leaf_error(t, b, arg.parameter)
             if arg.stand_in:
                 note = f"{arg.stand_in} does not record {arg.parameter}: its default is compared"
         rows.append(dict(
@@ -181,10 +185,39 @@ def _rows(pairs: list, base: Dump, target: Dump, tensor_mode: bool, rtol: Option
             tensor=tensor, error=float(error), tolerance=tol, agree=not reason, reason=reason,
             parameter=arg.parameter, stand_in=arg.stand_in, note=note,
             base_slot=b.slot if b is not None and arg.stand_in != "BASE" else None,
-            _uncompared=k in regrouped and (t or b).role == "output",  # type: ignore[union-attr]
+            _uncompared=uncompared,
         ))
     _judge(pairs, rows, tensor_mode)
     return [CompareRow(**{key: v for key, v in row.items() if not key.startswith("_")}) for row in rows]
+
+
+def _reduction_length(pair: OpPair, output: Leaf) -> int:
+    """How many products or terms one element of ``output`` sums: a forward matmul-like op's K (the last dimension
+    of its first input); a reduction's output, or a backward's gradient that is smaller than the gradient it
+    received (a weight's, summed over the batch), the ratio of their sizes; else 0."""
+    op = pair.target or pair.base
+    reduction = (calls.api_of(pair.name) or "").rpartition(".")[2] in tolerance.REDUCTIONS
+    if pair.name.endswith(".backward") or reduction:
+        sizes = [math.prod(leaf.shape) for leaf in op.leaves  # type: ignore[union-attr]
+                 if leaf.role == "input" and leaf.kind == "tensor" and leaf.shape is not None]
+        out = math.prod(output.shape) if output.kind == "tensor" and output.shape is not None else 0
+        return max(sizes) // out if sizes and out and max(sizes) > out else 0
+    first = next((leaf for leaf in op.leaves if leaf.slot == "input.0"), None)  # type: ignore[union-attr]
+    return int(first.shape[-1]) if first is not None and first.kind == "tensor" and first.shape else 0
+
+
+def _stale_inputs(base: Dump, target: Dump) -> str:
+    """Which dump recorded a 0-d argument an op writes into after the op ran ("" when both recorded it as received;
+    see :attr:`Dump.inputs_as_received`)."""
+    return " and ".join(f"{side} ({dump.engine})" for side, dump in (("BASE", base), ("TARGET", target))
+                        if not dump.inputs_as_received)
+
+
+def _mutated_scalar(pair: OpPair, t: Optional[Leaf], b: Optional[Leaf], key: str) -> bool:
+    """Whether an argument row is a 0-d tensor the op writes into (AdamW's ``step_t += 1``)."""
+    leaf = t or b
+    return (leaf is not None and leaf.role == "input" and leaf.kind == "tensor" and not leaf.shape
+            and calls.mutates(calls.api_of(pair.name), leaf.slot))
 
 
 def _numeric(leaf: Optional[Leaf]) -> bool:
@@ -246,12 +279,12 @@ def _tensor_error(t: Leaf, b: Leaf, errors: Optional[np.ndarray], tol: float, rt
             return math.inf, tol, "checksums differ", note
         return 0.0, tol, "", note
     numel = math.prod(t.shape) if t.shape is not None else 0
-    reduction = metrics.reduction_tolerance(tol, t.dtype, numel, rtol)
+    reduction = tolerance.reduction_tolerance(tol, t.dtype, numel, rtol)
     limits = (tol, tol, reduction, reduction)
     worst = max(range(4), key=lambda i: errors[i] / limits[i] if limits[i] else (math.inf if errors[i] else 0.0))
     error, limit = float(errors[worst]), limits[worst]
     if error <= limit:
-        return float(errors.max()), tol, "", note
+        return error, limit, "", note  # the statistic nearest its limit
     stat = Stats._fields[worst].capitalize()
     reason = f"{stat} differs by {error:.3g} of the tensor's magnitude (tolerance {limit:.3g}"
     if worst >= 2 and limit > tol:
@@ -269,7 +302,7 @@ def _tensor_compare(target: Dump, base: Dump, t: Leaf, b: Leaf, error: float, re
         return None, error, reason
     if view:
         t_data, b_data = t_data.reshape(-1), b_data.reshape(-1)
-    values, data_error, note = metrics.tensor_metrics(t_data, b_data)
+    values, data_error, note = differences.tensor_metrics(t_data, b_data)
     if reason.startswith(("dtype", "shape")):
         return values, error, reason
     if data_error > tol:
@@ -294,68 +327,8 @@ def _judge(pairs: list, rows: list, tensor_mode: bool) -> None:
             thousandth=r["tensor"].one_thousandth if r["tensor"] and not r["_uncompared"] else None,
             same_elements=r["note"].startswith("shape"),
         ) for r in group]
-        judged = verdicts.judge(pair.name, views, tensor_mode) if pair.matched else [("pass", ())] * len(group)
+        judged = (verdicts.msprobe_results(pair.name, views, tensor_mode) if pair.matched
+                  else [("pass", ())] * len(group))
         for r, (result, messages) in zip(group, judged):
             r["result"], r["messages"] = result, messages
         start = end
-
-
-def first_divergence(pairs: list, rows: list, target: Dump) -> Optional[FirstDivergence]:
-    """The first op where TARGET parts from BASE (see the module docstring), or None when they agree."""
-    by_pair: dict = {}
-    for row in rows:
-        by_pair.setdefault(row.pair, []).append(row)
-    unmatched: list = []
-    last_agreeing: Optional[str] = None
-    for k, pair in enumerate(pairs):
-        if not pair.matched:
-            unmatched.append(pair)
-            continue
-        own = by_pair.get(k, [])
-        bad_inputs = [r for r in own if r.role == "input" and not r.agree]
-        bad_outputs = [r for r in own if r.role == "output" and not r.agree]
-        if not bad_inputs and not bad_outputs:
-            unmatched, last_agreeing = [], pair.name
-            continue
-        bad_tensors = [r for r in bad_inputs if (r.target or r.base).kind == "tensor"]  # type: ignore[union-attr]
-        skipped = _unrecorded_between(target, last_agreeing, pair.name)
-        if not bad_tensors:
-            worst = max(bad_inputs or bad_outputs, key=lambda r: r.error)
-            kind = "argument" if bad_inputs else "output"
-            why = (f"its inputs agree but {worst.slot} does not: {worst.reason}" if kind == "output"
-                   else f"its tensor inputs agree but {worst.slot} does not: {worst.reason}")
-            return _named(pair.target, kind, why, worst, None, skipped)
-        worst = max(bad_tensors, key=lambda r: r.error)
-        if unmatched:
-            first = unmatched[0]
-            side = "TARGET" if first.base is None else "BASE"
-            op = first.target or first.base
-            why = (f"it ran only in {side}, and the next op both runs have, {pair.name}, already gets different "
-                   f"inputs ({worst.slot}: {worst.reason})")
-            return _named(op, f"only in {side}", why, None, pair.name, skipped)
-        why = (f"its input {worst.slot} already differs ({worst.reason}), yet no earlier op both dumps hold "
-               "disagrees: the difference arose in code the dump does not record")
-        if skipped:
-            why += f" ({', '.join(skipped[:5])} ran in between without data)"
-        return _named(pair.target, "inputs", why, worst, None, skipped)
-    return None
-
-
-def _named(op: Op, kind: str, why: str, row: Optional[CompareRow], next_op: Optional[str], skipped: tuple) -> \
-        FirstDivergence:
-    return FirstDivergence(
-        op=op.name, kind=kind, reason=why, row=f"{op.name}.{row.slot}" if row else None,
-        error=row.error if row else math.inf, tolerance=row.tolerance if row else math.nan,
-        parent=op.parent, stack=op.user_frames(), next_op=next_op, unrecorded=skipped,
-    )
-
-
-def _unrecorded_between(dump: Dump, after: Optional[str], before: str) -> tuple:
-    """Ops construct.json lists after ``after`` and before ``before`` that the dump holds no data for."""
-    order = dump.sequence
-    if before not in order:
-        return ()
-    stop = order.index(before)
-    start = order.index(after) + 1 if after in order and order.index(after) < stop else 0
-    recorded = {op.name for op in dump.ops}
-    return tuple(n for n in order[start:stop] if n not in recorded and n != "optimizer" and not n.startswith("Module."))

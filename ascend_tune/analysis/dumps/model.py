@@ -186,6 +186,16 @@ class Dump:
         return "msprobe"
 
     @property
+    def inputs_as_received(self) -> bool:
+        """Whether every argument is recorded as the op received it (msprobe, ptdbg, builtin call model 3 and later);
+        the builtin engine up to call model 2 read a 0-d argument back at the step's end, after an in-place op
+        changed it (see :mod:`ascend_tune.formats.dump_layout`). A builtin dump of call model 1 wrote no header
+        and reads as msprobe's."""
+        if not isinstance(self.writer, dict):
+            return True
+        return self.writer.get("name") != BUILTIN_WRITER or int(self.writer.get("call_model") or 0) >= 3
+
+    @property
     def names(self) -> list:
         """Op names in execution order."""
         return [op.name for op in self.ops]

@@ -30,107 +30,31 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 import os
-from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any, Optional
 
 from ...errors import InputError
 from ...formats.dump_layout import REPLAY_COLUMNS, REPLAY_JSON, rank_of_dump_dir, step_of_dir
 from .archive import VerifiedArchive, is_archive
+from .differences import ReplayError
 from .model import Frame
 from .sources import DumpFiles
+from .tolerance import STANDARDS, Standard
 
 PASS, SUSPECT, SKIPPED = "pass", "suspect", "skipped"
 
 
-@dataclass(frozen=True)
-class Standard:
-    """The limits one dtype's results are judged by (see the module docstring)."""
-
-    dtype: str
-    rtol: float
-    max_err_ratio: float
-    max_norm_err: float
-
-    def as_dict(self) -> dict:
-        """A JSON-ready dict."""
-        return {"dtype": self.dtype, "rtol": self.rtol, "max_err_ratio": self.max_err_ratio,
-                "max_norm_err": self.max_norm_err}
-
-    def text(self) -> str:
-        """One CSV cell: ``float32: rtol 0.0001, err_ratio <= 0.001, norm_err <= 0.0001``."""
-        return (f"{self.dtype}: rtol {self.rtol:g}, err_ratio <= {self.max_err_ratio:g}, "
-                f"norm_err <= {self.max_norm_err:g}")
-
-
-# unit roundoff u: float64 2^-53, float32 2^-24, float16 2^-11, bfloat16 2^-8
-STANDARDS = {
-    "float64": Standard("float64", 1e-9, 1e-3, 1e-10),
-    "float32": Standard("float32", 1e-4, 1e-3, 1e-4),
-    "float16": Standard("float16", 2.0 ** -7, 1e-2, 2.0 ** -8),
-    "bfloat16": Standard("bfloat16", 2.0 ** -4, 1e-2, 2.0 ** -5),
-    "exact": Standard("exact", 0.0, 0.0, 0.0),  # integer and bool results
-}
-_PRECISION_ORDER = ("bfloat16", "float16", "float32", "float64")
-_ALIASES = {"half": "float16", "float": "float32", "double": "float64", "complex32": "float16",
-            "complex64": "float32", "complex128": "float64"}
-
-
-def dtype_name(dtype: str) -> str:
-    """``torch.float32`` / ``float32`` / ``complex64`` -> the float standard's key (``float32``)."""
-    name = str(dtype).replace("torch.", "")
-    return _ALIASES.get(name, name)
-
-
-def standard_for(dtypes: Iterable[str]) -> Standard:
-    """The standard of the least precise floating dtype among ``dtypes``; ``exact`` when none is floating."""
-    names = {dtype_name(d) for d in dtypes}
-    for name in _PRECISION_ORDER:
-        if name in names:
-            return STANDARDS[name]
-    return STANDARDS["exact"]
-
-
-@dataclass(frozen=True)
-class Metrics:
-    """How far a call's device results are from the golden ones (the worst over its output tensors)."""
-
-    max_abs_err: float
-    max_rel_err: float
-    err_ratio: float
-    norm_err: float
-    nonfinite: int
-
-    def as_dict(self) -> dict:
-        """A JSON-ready dict (inf stays a float: json writes ``Infinity``)."""
-        return {"max_abs_err": self.max_abs_err, "max_rel_err": self.max_rel_err, "err_ratio": self.err_ratio,
-                "norm_err": self.norm_err, "nonfinite": self.nonfinite}
-
-    @classmethod
-    def from_dict(cls, entry: dict) -> Metrics:
-        """Metrics read back from replay.json."""
-        return cls(*(float(entry.get(k, math.nan)) for k in ("max_abs_err", "max_rel_err", "err_ratio",
-                                                              "norm_err")), int(entry.get("nonfinite", 0)))
-
-    def worst(self, other: Metrics) -> Metrics:
-        """The larger of each metric (a call's outputs combined)."""
-        return Metrics(max(self.max_abs_err, other.max_abs_err), max(self.max_rel_err, other.max_rel_err),
-                       max(self.err_ratio, other.err_ratio), max(self.norm_err, other.norm_err),
-                       self.nonfinite + other.nonfinite)
-
-
-def judge(metrics: Metrics, standard: Standard) -> Optional[str]:
-    """Why ``metrics`` break ``standard`` (one line), or None when the call passes."""
+def breach(error: ReplayError, standard: Standard) -> Optional[str]:
+    """Why ``error`` breaks ``standard`` (one line), or None when the call passes."""
     why = []
-    if metrics.nonfinite:
-        why.append(f"{metrics.nonfinite} element(s) inf/nan where the float64 result is not (or the reverse)")
-    if metrics.err_ratio > standard.max_err_ratio:
-        why.append(f"{metrics.err_ratio:.2%} of elements off by more than rtol {standard.rtol:g} "
+    if error.nonfinite:
+        why.append(f"{error.nonfinite} element(s) inf/nan where the float64 result is not (or the reverse)")
+    if error.err_ratio > standard.max_err_ratio:
+        why.append(f"{error.err_ratio:.2%} of elements off by more than rtol {standard.rtol:g} "
                    f"(limit {standard.max_err_ratio:.2%})")
-    if metrics.norm_err > standard.max_norm_err:
-        why.append(f"norm error {metrics.norm_err:.3g} (limit {standard.max_norm_err:g})")
+    if error.norm_err > standard.max_norm_err:
+        why.append(f"norm error {error.norm_err:.3g} (limit {standard.max_norm_err:g})")
     return "; ".join(why) or None
 
 
@@ -143,7 +67,7 @@ class ReplayRow:
     dtype: str
     shape: tuple
     verdict: str  # pass, suspect or skipped
-    metrics: Optional[Metrics] = None
+    metrics: Optional[ReplayError] = None
     standard: Optional[Standard] = None
     reason: str = ""  # why it was skipped, or why it is a suspect
     stack: tuple = ()  # the user's frames (Frame), innermost first
@@ -165,7 +89,7 @@ class ReplayRow:
                              str(f.get("code", ""))) for f in entry.get("stack") or () if isinstance(f, dict))
         return cls(int(entry.get("index", -1)), str(entry["name"]), str(entry.get("dtype", "")),
                    tuple(entry.get("shape") or ()), SUSPECT,
-                   Metrics.from_dict(metrics) if isinstance(metrics, dict) else None, standard,
+                   ReplayError.from_dict(metrics) if isinstance(metrics, dict) else None, standard,
                    str(entry.get("reason", "")), frames)
 
 

@@ -13,7 +13,7 @@ import math
 from typing import Any, Optional
 
 from .compare import CompareRow, DumpComparison
-from .metrics import COLUMNS, StatsDiff, TensorMetrics, columns_of
+from .differences import COLUMNS, StatsDiff, TensorMetrics, columns_of
 from .model import Leaf, Stats
 
 HEAD = ["NPU Name", "Bench Name", "NPU Dtype", "Bench Dtype", "NPU Tensor Shape", "Bench Tensor Shape",
@@ -60,6 +60,10 @@ def summary_json(result: DumpComparison) -> bytes:
             "error": _json_number(first.error), "tolerance": _json_number(first.tolerance), "parent": first.parent,
             "stack": list(first.stack), "next_op": first.next_op, "unrecorded": list(first.unrecorded),
         },
+        "closest": None if result.closest is None else {
+            "op": result.closest.op, "slot": result.closest.slot, "ratio": _json_number(result.closest.ratio)},
+        "uncertain": [{"op": u.op, "row": u.row, "error": _json_number(u.error), "tolerance": u.tolerance,
+                       "carried": _json_number(u.carried)} for u in result.uncertain],
     }
     return (json.dumps(payload, indent=2) + "\n").encode("utf-8")
 

@@ -38,7 +38,7 @@ COSINE_WARN = "warning: The input/parameters of Cosine > 0.9, and input/paramete
 _LEVEL = {"pass": 0, "warning": 1, "error": 2}
 
 
-def judge(op_name: str, rows: list, tensor_mode: bool) -> list:
+def msprobe_results(op_name: str, rows: list, tensor_mode: bool) -> list:
     """(result, messages) for each row of one op.
 
     ``rows``: dicts with ``name`` (the row's full name), ``target`` / ``base`` (leaves or None), ``norm_rel``

@@ -24,6 +24,7 @@ import numpy as np
 from ...errors import InputError
 from ...formats.run_dir import METRICS_JSONL, rank_of_dir
 from .model import LossLog
+from .ranks import rank_rates
 from .rates import RateStats, WarmUp, rates_from_wall_times
 from .read import read_log_file, summary_warmup
 
@@ -179,9 +180,6 @@ def throughput(logs: list, exclude_first: Optional[int] = None) -> ThroughputRep
     return ThroughputReport(tuple(runs), fallback)
 
 
-SLOW_RANK = 0.9  # a rank below 90% of the ranks' median steps/sec is flagged, as msprof-analyze's slow-rank check
-
-
 @dataclass(frozen=True)
 class RankThroughput:
     """One rank of a multi-rank run: its median steps/sec and whether it lags the others."""
@@ -198,8 +196,9 @@ def rank_throughput(run_dir: str, exclude_first: Optional[int] = None) -> tuple:
     The warm-up is ``exclude_first`` steps from each rank's first step when given, else the run's (its
     summary.json), else :data:`DEFAULT_WARMUP_STEPS`.
 
-    A straggler shows as a rank whose median steps/sec is under ``SLOW_RANK`` of the ranks' median. Ranks kept in
-    lockstep by collectives (DDP) run at the same rate: there a slow rank slows all and none stands out.
+    A straggler shows as a rank whose median steps/sec is under ``SLOW_RANK`` of the ranks' median
+    (:func:`.ranks.rank_rates`). Ranks kept in lockstep by collectives (DDP) run at the same rate: there
+    :func:`.ranks.rank_waits` names the rank the others wait for.
     """
     if not os.path.isdir(run_dir):
         return ()
@@ -217,10 +216,5 @@ def rank_throughput(run_dir: str, exclude_first: Optional[int] = None) -> tuple:
         log = read_log_file(path)
         steady = (warmup or steps_warmup(log, steps)).steady(log.first_steps)
         stats.append((rank, RateStats.of(log.steps_per_sec[steady])))
-    medians = [s.median for _, s in stats if s is not None]
-    middle = float(np.median(medians)) if medians else None
-    out = []
-    for rank, s in stats:
-        relative = s.median / middle if s is not None and middle else None
-        out.append(RankThroughput(rank, s, relative, relative is not None and relative < SLOW_RANK))
-    return tuple(out)
+    rates = rank_rates({rank: None if s is None else s.median for rank, s in stats})
+    return tuple(RankThroughput(rank, s, rates.relative(rank), rates.slow(rank)) for rank, s in stats)

@@ -124,7 +124,7 @@ def verdict_lines(comparison: Optional[LossComparison], alignment: Optional[Alig
     elif dumps.comparison is None:
         first = f"first divergence: {dumps.note}"
     elif dumps.comparison.first is None:
-        first = f"first divergence: none, every op of step {dumps.step} agrees"
+        first = f"first divergence: none at step {dumps.step}; {dumps.comparison.closeness()}"
     else:
         f = dumps.comparison.first
         where = f", called at {frame_text(f.stack[0])}" if f.stack else ""

@@ -25,6 +25,7 @@ from ..logs.read import read_log
 from ..logs.throughput import RunThroughput, run_throughput, steps_warmup
 from ..traces.find import find_traces
 from .alignment import Alignment, align
+from .ranks import ranks_report
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,7 @@ class RunReport:
     notes: tuple = field(default=())
     alignment: Optional[Alignment] = None  # the reference's side, with a baseline
     replays: tuple = field(default=())  # analysis.dumps.replay.ReplayReport, by step then rank
+    ranks: Any = None  # .ranks.RanksReport of a multi-rank run
 
     @property
     def linked_steps(self) -> set:
@@ -60,7 +62,7 @@ class RunReport:
 
 
 def build_report(run: str, baseline: Optional[str] = None, threshold: float = 0.05, advise: bool = True,
-                 baseline_reading: Optional[dict] = None) -> RunReport:
+                 baseline_reading: Optional[dict] = None, jobs: Optional[int] = None) -> RunReport:
     """Gather a run folder's outputs into a :class:`RunReport`.
 
     Parameters:
@@ -70,6 +72,7 @@ def build_report(run: str, baseline: Optional[str] = None, threshold: float = 0.
         threshold: the mean relative loss gap that counts as aligned.
         advise: run the trace advisor on the run's profiler traces.
         baseline_reading: how to read the baseline: ``format``, ``loss_key``, ``tag`` for ``read_log``.
+        jobs: worker processes for the ranks of a multi-rank run (None: the CPU count).
     """
     if not os.path.isdir(run):
         raise InputError(f"{run} is not a folder; pass a run folder (TrainingMonitor's log_dir)")
@@ -112,6 +115,7 @@ def build_report(run: str, baseline: Optional[str] = None, threshold: float = 0.
         traces=tuple(traces), advice=advice, dump_steps=dump_steps, overflows=overflows, notes=tuple(notes),
         alignment=alignment,
         replays=replays,
+        ranks=ranks_report(run, jobs),
     )
 
 

@@ -22,6 +22,7 @@ from . import next_steps
 from .alignment import DumpPair, frame_text, verdict_lines
 from .build import RunReport
 from .plots import report_images
+from .ranks import HEADER
 
 MAX_STEP_ROWS = 2000  # an HTML step table longer than this keeps every k-th line and the linked steps
 DUMP_CSV_SUFFIX = "_dump_compare.csv"  # the dump compare's table, beside the page: report_dump_compare.csv
@@ -137,6 +138,9 @@ def _sections(report: RunReport, dump_csv: Optional[str] = None) -> list:
         out.append(Section("Loss against the baseline", _comparison_rows(c), next_steps.loss(report),
                            figures=("loss curves", "loss gap", "grad norms")))
     out.append(_throughput_section(report, s))
+    if report.ranks is not None:
+        r = report.ranks
+        out.append(Section("Ranks", r.answers(), r.next_step(), table=(list(HEADER), [list(row) for row in r.rows])))
     if report.alignment is not None:
         out.append(Section("First divergence (precision dumps)", _divergence_rows(report.alignment.dumps, dump_csv),
                            next_steps.divergence(report)))

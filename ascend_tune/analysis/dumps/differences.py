@@ -1,4 +1,5 @@
-"""Per-tensor metrics of a dump comparison, and the tolerance by dtype that decides whether two tensors agree.
+"""How two tensors of a dump comparison differ: msprobe's compare metrics (statistics and tensor mode), the agreement
+error the first divergence reads, and the replay's error against a float64 golden result.
 
 Statistics mode (:class:`StatsDiff`, vectorised over all compared rows at once), with T the target's and B the
 base's statistic: ``diff = T - B`` and ``relative error = |T - B| / |B|`` for Max, Min, Mean and Norm (msprobe's
@@ -15,39 +16,19 @@ positions the metrics are NaN).
 Agreement (ours, for the first divergence): a row's *error* is the largest difference of its statistics measured
 against the tensor's magnitude, ``|T_s - B_s| / max(|max|, |min|)`` for max/min/mean and ``|T_n - B_n| / max(|T_n|,
 |B_n|)`` for the norm (with saved tensors: ``max|T - B| / max(|T|, |B|)``). A relative error per statistic would
-call a mean of 1e-9 against 2e-9 a 100% error; measured against the magnitude it is noise. Two tensors agree when
-dtype and shape match and the error is within the tolerance of their dtype: float64 1e-10, float32 1e-5 (runs that
-agree differ by ~1e-6), float16 2e-3, bfloat16 2e-2 (one rounding is up to 0.4%), integers and bools exactly.
-
-Max and Min are exact in any engine; Mean and Norm are reductions, and two engines (or devices) sum in different
-orders: the builtin engine reduces in fp32 (fp64 for float64), with a dot product for the sum of squares of a large
-tensor; msprobe calls ``torch.mean`` / ``torch.norm`` in the tensor's dtype. Their difference grows with the element
-count n like ``sqrt(n)`` roundings of the accumulating dtype (measured here: up to ``0.9 * 2**-24 * sqrt(n)`` for
-fp32 norms). Mean and Norm are therefore held to :func:`reduction_tolerance`, ``max(dtype tolerance, 8 *
-unit roundoff * sqrt(n))`` capped for fp32 at 5e-4, so identical runs dumped by the two engines agree and a 1e-3
-drift is still caught.
+call a mean of 1e-9 against 2e-9 a 100% error; measured against the magnitude it is noise. How large an error two
+correct runs may show (per dtype, op family and size): :mod:`.tolerance`.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple, Optional
+from dataclasses import dataclass
+from typing import Callable, NamedTuple, Optional
 
 import numpy as np
 
 from .model import Leaf
-
-TOLERANCE = {
-    "float64": 1e-10, "double": 1e-10,
-    "float32": 1e-5, "float": 1e-5,
-    "float16": 2e-3, "half": 2e-3,
-    "bfloat16": 2e-2,
-}
-_LOW_PRECISION = 1e-1  # float8 and other narrow float types
-_ROUNDOFF = {"float64": 2.0 ** -53, "double": 2.0 ** -53}  # of the accumulating dtype; fp32 for the others
-_ROUNDOFF_FP32 = 2.0 ** -24
-_REDUCTION_SPREAD = 8.0  # roundings of noise per sqrt(n) allowed (0.9 measured between the two engines)
-_REDUCTION_CAP = 5e-4  # a 1e-3 drift of a reduction stays a divergence
 
 
 class StatsDiff(NamedTuple):
@@ -91,20 +72,6 @@ def columns_of(kind: type) -> list:
     return [COLUMNS[name] for name in kind._fields]
 
 
-def tolerance(dtype_a: str, dtype_b: str, override: Optional[float] = None) -> float:
-    """The agreement tolerance of a pair of dtypes: the coarser one's (``override`` for every float dtype)."""
-    return max(_tolerance(dtype_a, override), _tolerance(dtype_b, override))
-
-
-def _tolerance(dtype: str, override: Optional[float]) -> float:
-    name = str(dtype).rpartition(".")[2]
-    if name in TOLERANCE or name.startswith("float") or name.startswith("complex"):
-        if override is not None:
-            return override
-        return TOLERANCE.get(name, TOLERANCE["float32"] if name.startswith("complex") else _LOW_PRECISION)
-    return 0.0
-
-
 def statistics_diffs(target: np.ndarray, base: np.ndarray) -> list:
     """One :class:`StatsDiff` per row of two statistics arrays (rows x 4); equal values give 0, NaN against a
     number gives NaN, and a relative error against a zero base is inf."""
@@ -114,16 +81,6 @@ def statistics_diffs(target: np.ndarray, base: np.ndarray) -> list:
         rel = np.where(same, 0.0, np.abs(diff) / np.abs(base))
         rel = np.where(~same & (base == 0) & ~np.isnan(target), np.inf, rel)
     return [StatsDiff(*map(float, d), *map(float, r)) for d, r in zip(diff, rel)]
-
-
-def reduction_tolerance(tolerance: float, dtype: str, numel: Any, override: Optional[float] = None) -> float:
-    """The tolerance of a Mean or Norm: the dtype's ``tolerance`` widened by the reduction noise of ``numel``
-    elements (see the module docstring); ``override`` (``--rtol``) applies as given."""
-    if override is not None or not tolerance or not numel:
-        return tolerance
-    name = str(dtype).rpartition(".")[2]
-    noise = min(_REDUCTION_SPREAD * _ROUNDOFF.get(name, _ROUNDOFF_FP32) * math.sqrt(numel), _REDUCTION_CAP)
-    return max(tolerance, noise)
 
 
 def statistics_error(target: np.ndarray, base: np.ndarray) -> np.ndarray:
@@ -197,3 +154,69 @@ def leaf_error(target: Optional[Leaf], base: Optional[Leaf], name: Optional[str]
 
 def _kind(leaf: Leaf) -> str:
     return {"none": "None", "other": leaf.dtype.strip("<>").replace("class ", "")}.get(leaf.kind, leaf.kind)
+
+
+@dataclass(frozen=True)
+class ReplayError:
+    """How far a call's device results are from the golden ones (the worst over its output tensors)."""
+
+    max_abs_err: float
+    max_rel_err: float
+    err_ratio: float
+    norm_err: float
+    nonfinite: int
+
+    def as_dict(self) -> dict:
+        """A JSON-ready dict (inf stays a float: json writes ``Infinity``)."""
+        return {"max_abs_err": self.max_abs_err, "max_rel_err": self.max_rel_err, "err_ratio": self.err_ratio,
+                "norm_err": self.norm_err, "nonfinite": self.nonfinite}
+
+    @classmethod
+    def from_dict(cls, entry: dict) -> ReplayError:
+        """A ReplayError read back from replay.json."""
+        return cls(*(float(entry.get(k, math.nan)) for k in ("max_abs_err", "max_rel_err", "err_ratio",
+                                                              "norm_err")), int(entry.get("nonfinite", 0)))
+
+    def worst(self, other: ReplayError) -> ReplayError:
+        """The larger of each metric (a call's outputs combined)."""
+        return ReplayError(max(self.max_abs_err, other.max_abs_err), max(self.max_rel_err, other.max_rel_err),
+                       max(self.err_ratio, other.err_ratio), max(self.norm_err, other.norm_err),
+                       self.nonfinite + other.nonfinite)
+
+
+def replay_error(device: np.ndarray, golden: np.ndarray, rtol: float, diff: np.ndarray, work: np.ndarray,
+                 norm: Callable[[np.ndarray, np.ndarray], float]) -> ReplayError:
+    """How far a result ``device`` is from its float64 ``golden`` (flat float64 arrays, read only; see
+    :mod:`.replay`).
+
+    ``diff`` and ``work`` are two float64 buffers of the same size, reused across calls (memory writes are what a
+    comparison of large tensors costs, so it makes as few as it can and allocates nothing); ``norm(x, work)`` is the
+    2-norm the caller computes fastest.
+    """
+    n = device.size
+    with np.errstate(all="ignore"):
+        nonfinite = 0
+        np.subtract(device, golden, out=diff)
+        np.abs(diff, out=diff)
+        max_abs = float(diff.max())
+        if not math.isfinite(max_abs):  # inf/nan on either side: equal ones agree, the others count apart
+            both = np.isfinite(device) & np.isfinite(golden)
+            same = (device == golden) | (np.isnan(device) & np.isnan(golden))
+            nonfinite = int(np.count_nonzero(~both & ~same))
+            golden = np.where(both, golden, 0.0)
+            np.abs(np.where(both, device, 0.0) - golden, out=diff)
+            max_abs = float(diff.max())
+        if max_abs == 0.0 and not nonfinite:
+            return ReplayError(0.0, 0.0, 0.0, 0.0, 0)
+        total, diff_norm = norm(golden, work), norm(diff, work)
+        rms = total / math.sqrt(n)
+        if rms > 0:
+            np.abs(golden, out=work)
+            np.maximum(work, rms, out=work)
+            np.divide(diff, work, out=work)
+        else:
+            np.copyto(work, np.where(diff > 0, np.inf, 0.0))
+        max_rel = float(work.max())
+        over = (int(np.count_nonzero(work > rtol)) if max_rel > rtol else 0) + nonfinite
+    norm_err = diff_norm / total if total > 0 else (0.0 if diff_norm == 0 else math.inf)
+    return ReplayError(max_abs, max_rel, min(over / n, 1.0), norm_err, nonfinite)

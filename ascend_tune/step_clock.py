@@ -16,10 +16,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Optional
 
-import numpy as np
 import torch
 
 from . import device
+from .analysis.logs.ranks import across_ranks
 from .analysis.logs.rates import RateStats, WarmUp
 from .formats.trace_names import read_back_name
 
@@ -90,13 +90,11 @@ class _PendingRead:
             return [None if e.loss is None else float(next(it)) for e in self.entries]
         if self._host is not None:
             flat = self._host.numpy().tolist()
-        elif len(self._tensors) == 1:  # log_every=1: one scalar (or a (1,) loss, or the stacked ones), one read
+        elif self._tensors:  # one scalar at log_every=1 (or a (1,) loss), else the window's losses stacked: one read
             value = self._tensors[0].tolist()
             if len(self.entries) == 1 and type(value) is float:
                 return [value]
             flat = value if isinstance(value, list) else [value]
-        elif self._tensors:
-            flat = torch.stack(self._tensors).float().tolist()
         else:
             flat = []
         it = iter(flat)
@@ -121,16 +119,11 @@ def read_back(entries: list, lag: bool, extra: Optional[torch.Tensor] = None) ->
     if not tensors:
         return _PendingRead(entries, [], None, None)
     if not lag or tensors[0].is_cpu:  # a host tensor is read where it lies: nothing to wait for
-        if len(tensors) > 1:
-            dev = tensors[0].device
-            tensors = [t.to(dev).reshape(()) for t in tensors]
-        return _PendingRead(entries, tensors, None, None)
-    dev = tensors[0].device
-    tensors = [t.to(dev).reshape(()) for t in tensors]
-    stacked = torch.stack(tensors).float()
+        return _PendingRead(entries, [_stacked(tensors)] if len(tensors) > 1 else tensors, None, None)
+    stacked = _stacked(tensors)
     host = torch.empty(stacked.shape, dtype=stacked.dtype, pin_memory=True)
     host.copy_(stacked, non_blocking=True)
-    event = device.new_event(dev.type)
+    event = device.new_event(stacked.device.type)
     if event is None:  # no event API for this device: fall back to a plain read at the next step
         return _PendingRead(entries, [stacked], None, None)
     event.record()
@@ -154,6 +147,19 @@ def _read_with_extra(entries: list, tensors: list, extra: torch.Tensor, lag: boo
     return _PendingRead(entries, [], host, event, extra.numel())
 
 
+def _stacked(tensors: list) -> torch.Tensor:
+    """The step losses as one float 1-d tensor on the first one's device, in one ``stack`` when they are alike
+    (0-dim on one device, the usual case); else each moved and made 0-dim first."""
+    try:
+        stacked = torch.stack(tensors)
+        if stacked.numel() == len(tensors):
+            return stacked.float().reshape(-1)
+    except RuntimeError:  # shapes or devices differ
+        pass
+    dev = tensors[0].device
+    return torch.stack([t.to(dev).reshape(()) for t in tensors]).float()
+
+
 class StepClock:
     """Host-side timing of log windows. No device calls: it only counts steps, samples and wall seconds.
 
@@ -161,16 +167,14 @@ class StepClock:
     device, ``samples``, ``skipped``, ``at`` = ``time.perf_counter()`` and ``wall`` = ``time.time()`` at its end).
     """
 
-    def __init__(self, start_step: int = 0):
-        self.next_step = start_step
-        self.started = time.perf_counter()
-        self._window_start = self.started
+    def __init__(self) -> None:
+        self._window_start = time.perf_counter()
         self._entries: list = []
         self._samples: Optional[int] = 0
 
     def commit(self, closed: Any) -> Any:
-        """Count one closed step (a :class:`~ascend_tune.steps.ClosedStep`, kept as it is); steps come in order."""
-        self.next_step = closed.step + 1
+        """Count one closed step (a :class:`~ascend_tune.steps.ClosedStep`, kept as it is); steps come in order
+        (numbered by the :class:`~ascend_tune.steps.StepTracker`, the one step counter)."""
         self._entries.append(closed)
         if closed.samples is None or self._samples is None:
             self._samples = None
@@ -253,17 +257,6 @@ def gather_ranks(totals: RunTotals, rank: int, world_size: int) -> Optional[dict
     gathered: list = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, entry)
     return across_ranks(gathered)
-
-
-def across_ranks(per_rank: list) -> dict:
-    """Min / median / max of the ranks' median steps/sec, and which rank is slowest (a straggler hint)."""
-    known = [r for r in per_rank if r.get("median_steps_per_sec") is not None]
-    rates = np.array([r["median_steps_per_sec"] for r in known], dtype=float)
-    out: dict = {"per_rank": per_rank, "steps_per_sec": None, "slowest_rank": None}
-    if rates.size:
-        out["steps_per_sec"] = {"min": float(rates.min()), "median": float(np.median(rates)), "max": float(rates.max())}
-        out["slowest_rank"] = known[int(rates.argmin())]["rank"]
-    return out
 
 
 def make_window(entries: list, seconds: float, samples: Optional[int], losses: list) -> Window:

@@ -1,0 +1,90 @@
+"""``ascend-tune run [options] -- COMMAND [ARGS...]``: monitor a command's training processes, zero lines changed.
+
+The launcher checks its options and the command, puts the bootstrap folder first on ``PYTHONPATH``, sets the
+options' environment variables (:mod:`ascend_tune.launch.options`) and *becomes* the command (``exec``): its exit
+status, signals, stdout and stderr are the command's own, unchanged. What each Python process of the command does
+with that is in :mod:`ascend_tune.launch.process`. A bad option, no command, or a command not found: one line, exit
+2, nothing run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+
+from ..errors import InputError
+from .args import int_at_least
+
+DESCRIPTION = (
+    "Run COMMAND with every Python process it starts monitored as if its training loop were inside "
+    "`with TrainingMonitor(...)`: python train.py, python -m pkg, torchrun (each worker with its rank), a script. "
+    "The ASCEND_TUNE_* variables keep working; a flag wins over its variable."
+)
+
+
+def add_commands(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``run`` to the ``ascend-tune`` subcommands."""
+    run = subparsers.add_parser(
+        "run", help="monitor an unchanged training command: ascend-tune run [options] -- python train.py ...",
+        description=DESCRIPTION,
+    )
+    run.add_argument("--log-dir", default="exp/train", help="where log.txt, metrics.jsonl and summary.json go "
+                     "(default: exp/train)")
+    run.add_argument("--log-every", type=int_at_least(1), default=1, help="a log line every N steps (default: 1)")
+    run.add_argument("--warmup-steps", type=int_at_least(0), default=10,
+                     help="steps logged but left out of the summary's throughput (default: 10)")
+    spec = dict(nargs="?", const="1", metavar="SPEC")
+    run.add_argument("--profile", **spec, help="profiler traces on a schedule (SPEC: e.g. wait=1,warmup=1,active=2; "
+                     "ASCEND_TUNE_PROFILE)")
+    run.add_argument("--dump", **spec, help="statistics dump (SPEC: e.g. steps=0,5,level=mix; ASCEND_TUNE_DUMP)")
+    run.add_argument("--overflow", **spec, help="overflow check: the first ops whose outputs hold inf/nan (SPEC: "
+                     "e.g. steps=0-9)")
+    run.add_argument("--replay", **spec, help="each API call of a step recomputed in float64 on the CPU and compared "
+                     "(SPEC: e.g. steps=3)")
+    run.add_argument("--shapes", **spec, help="the dynamic-shape detector (ASCEND_TUNE_SHAPES)")
+    run.add_argument("--tune", **spec, help="device-driven tuning: on, off, swap, force, report or key=value items "
+                     "(ASCEND_TUNE_TUNE)")
+    run.add_argument("--tensorboard", action="store_true", help="also write TensorBoard scalars "
+                     "(ASCEND_TUNE_TENSORBOARD)")
+    run.add_argument("--seed", type=int_at_least(0), default=None, metavar="N",
+                     help="seed python, numpy and torch before the first step")
+    run.add_argument("--quiet", action="store_true", help="no log lines echoed on stderr")
+    run.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARGS...]",
+                     help="the command to run, after --")
+    run.set_defaults(run=_cmd_run)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from ..launch import options as opt
+
+    command = list(args.command)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if not command:
+        raise InputError("no command to run; give it after --, e.g. ascend-tune run -- python train.py")
+    if command[0].startswith("-"):
+        raise InputError(f"unknown option {command[0]!r} before the command; see ascend-tune run --help")
+    program = shutil.which(command[0])
+    if program is None:
+        raise InputError(f"command not found: {command[0]!r}; give a program on PATH or a path to it")
+    env = dict(os.environ)
+    features = {
+        opt.ENV_DUMP: opt.precision_text(args.dump, args.overflow, args.replay),
+        opt.ENV_PROFILE: args.profile, opt.ENV_TUNE: args.tune, opt.ENV_SHAPES: args.shapes,
+        opt.ENV_TENSORBOARD: "1" if args.tensorboard else None,
+    }
+    env.update({name: value for name, value in features.items() if value is not None})
+    opt.check_features(env)
+    run = opt.RunOptions(log_dir=os.path.abspath(args.log_dir), log_every=args.log_every,
+                         warmup_steps=args.warmup_steps, seed=args.seed, quiet=args.quiet)
+    env[opt.ENV_RUN] = run.to_env()
+    package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env[opt.ENV_HOME] = package_parent
+    bootstrap = os.path.join(package_parent, "ascend_tune", "launch", "bootstrap")
+    env["PYTHONPATH"] = os.pathsep.join([bootstrap] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(program, command, env)  # the launcher becomes the command: its status, signals and output
+    return 0  # not reached
