@@ -23,8 +23,8 @@ import torch
 from ..analysis.health import anomaly_line
 from ..callbacks import Callback, build_feature
 from ..formats.atomic import make_folder
-from ..outputs import LineFile
 from ..formats.run_dir import ANOMALIES_JSONL, HEALTH_DIR, MODULES_JSONL, rank_dir_name
+from ..outputs import LineFile
 from ..recording.frames import internal
 from ..sinks import json_line
 from .config import HealthConfig
