@@ -1,0 +1,49 @@
+"""Module scopes in the monitor's traces: each forward of a module of the monitored model, while the profiler
+records, runs inside a ``record_function`` range named ``formats.trace_names.module_scope_name(path)``.
+
+``ascend-tune compare-trace`` charges time to these ranges, the part of the model that is the same on every device
+(kernel names are not). They cost two range calls per module forward only while the profiler records; otherwise
+one check of a flag. The hooks are global (``register_module_forward_pre_hook``), so nothing is attached to the
+model itself (``torch.save(model)`` inside the block pickles no hook), and they are removed with the block.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from ..formats.trace_names import module_scope_name
+
+
+def record_module_scopes(models: tuple, stack: contextlib.ExitStack) -> None:
+    """Open a named range around every forward of the modules of ``models`` while the profiler records; the undo
+    goes on ``stack``."""
+    import torch
+    from torch.autograd.profiler import record_function
+    from torch.nn.modules import module as module_hooks
+
+    names: dict = {}
+    for model in models:
+        if isinstance(model, torch.nn.Module):
+            for path, module in model.named_modules():
+                names.setdefault(id(module), module_scope_name(path or type(module).__name__))
+    if not names:
+        return
+    recording = torch._C._autograd._profiler_enabled
+    open_ranges: dict = {}
+
+    def enter(module: Any, args: Any) -> None:
+        name = names.get(id(module))
+        if name is not None and recording():
+            scope = record_function(name)
+            scope.__enter__()
+            open_ranges.setdefault(id(module), []).append(scope)
+
+    def leave(module: Any, args: Any, output: Any) -> None:
+        scopes = open_ranges.get(id(module))
+        if scopes:
+            scopes.pop().__exit__(None, None, None)
+
+    stack.callback(open_ranges.clear)
+    stack.callback(module_hooks.register_module_forward_pre_hook(enter).remove)
+    stack.callback(module_hooks.register_module_forward_hook(leave, always_call=True).remove)
