@@ -51,7 +51,7 @@ class ProfilerCallback(Callback):
         if self.config.module_scopes:
             from .module_scopes import record_module_scopes
 
-            record_module_scopes(ctx.models, stack)
+            record_module_scopes(ctx.models, stack, before=self._place_boundary)
 
     def on_step_end(self, ctx: RunContext, step: int) -> None:
         self._place_boundary()  # a step with no module forward since the previous one

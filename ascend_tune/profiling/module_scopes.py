@@ -10,14 +10,18 @@ model itself (``torch.save(model)`` inside the block pickles no hook), and they 
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import Any, Callable, Optional
 
 from ..formats.trace_names import module_scope_name
 
 
-def record_module_scopes(models: tuple, stack: contextlib.ExitStack) -> None:
+def record_module_scopes(models: tuple, stack: contextlib.ExitStack, before: Optional[Callable] = None) -> None:
     """Open a named range around every forward of the modules of ``models`` while the profiler records; the undo
-    goes on ``stack``."""
+    goes on ``stack``.
+
+    before: called first at every module forward (the profiler's step boundary, so a step's range opens before
+        the first module's range and encloses it).
+    """
     import torch
     from torch.autograd.profiler import record_function
     from torch.nn.modules import module as module_hooks
@@ -33,6 +37,8 @@ def record_module_scopes(models: tuple, stack: contextlib.ExitStack) -> None:
     open_ranges: dict = {}
 
     def enter(module: Any, args: Any) -> None:
+        if before is not None:
+            before()
         name = names.get(id(module))
         if name is not None and recording():
             scope = record_function(name)

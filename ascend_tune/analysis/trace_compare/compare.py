@@ -6,7 +6,8 @@ the rows' deltas add up to the measured gap, the difference of the two median st
 ``unattributed`` row at each level holds what is left (host threads that overlap, events that run past a step).
 
 Noise is read from the traces themselves: the spread of each side's step times (1.4826 x the median absolute
-deviation, a standard deviation robust to one slow step), ``NOISE_SIGMAS`` of them combined, and never under
+deviation, a standard deviation robust to one slow step) gives the standard error of each median
+(1.2533 x spread / sqrt(steps)); the noise is ``NOISE_SIGMAS`` standard errors of the difference, and never under
 ``NOISE_FLOOR`` of the base step (two traced runs of the same code on one machine differ by that much). A gap is
 real only beyond the noise; a row is a contributor only when the gap is real and the row's delta is beyond its own
 noise (the same rule over the row's per-step values).
@@ -152,7 +153,7 @@ def side_of(trace: Trace, step: Optional[int] = None) -> RunSide:
 def compare_sides(base: RunSide, target: RunSide, next_action: str = "", notes: tuple = ()) -> TraceComparison:
     """The comparison of two sides (``next_action`` is filled by :mod:`.next_action` for the top row)."""
     gap = target.median_ms - base.median_ms
-    noise = max(NOISE_SIGMAS * math.hypot(base.spread_ms, target.spread_ms), NOISE_FLOOR * base.median_ms)
+    noise = _noise(base.step_ms, target.step_ms, base.median_ms)
     real = gap > noise
     rows = []
     for level in LEVELS:
@@ -163,9 +164,8 @@ def compare_sides(base: RunSide, target: RunSide, next_action: str = "", notes: 
                 "base" if name in base.rows[level] else "target")
             if name in OUTSIDE_LABEL.values():
                 only = ""
-            row_noise = max(NOISE_SIGMAS * math.hypot(_spread(base.per_step[level].get(name, ())),
-                                                      _spread(target.per_step[level].get(name, ()))),
-                            NOISE_FLOOR * base.median_ms)
+            row_noise = _noise(base.per_step[level].get(name, ()), target.per_step[level].get(name, ()),
+                               base.median_ms)
             level_rows.append(Row(level, name, b, t, t - b, (t - b) / gap if gap else None, only,
                                   real and abs(t - b) > row_noise))
         level_rows.sort(key=lambda r: (-r.delta_ms, r.name))
@@ -181,6 +181,13 @@ def _mean(counters: list) -> dict:
     for counter in counters:
         total.update(counter)
     return {label: us / len(counters) / 1e3 for label, us in total.items()}
+
+
+def _noise(base_values, target_values, base_step_ms: float) -> float:
+    """``NOISE_SIGMAS`` standard errors of the difference of two medians, at least ``NOISE_FLOOR`` of the step."""
+    error = math.hypot(*(1.2533 * _spread(v) / math.sqrt(len(v)) if len(v) else 0.0
+                         for v in (tuple(base_values), tuple(target_values))))
+    return max(NOISE_SIGMAS * error, NOISE_FLOOR * base_step_ms)
 
 
 def _spread(values) -> float:
