@@ -18,8 +18,13 @@ from ascend_tune import TrainingMonitor
 from ascend_tune.analysis.trace_compare.compare import UNATTRIBUTED
 from ascend_tune.analysis.trace_compare.pair import compare_traces
 from ascend_tune.cli import main
-from ascend_tune.testing.models import (MobileNetV1, TinyGPT, synthetic_classification, synthetic_images,
-                                        synthetic_tokens)
+from ascend_tune.testing.models import (
+    MobileNetV1,
+    TinyGPT,
+    synthetic_classification,
+    synthetic_images,
+    synthetic_tokens,
+)
 
 # Sized for a loaded 2-core machine, where the scheduler takes ~8 ms slices out of random steps: each injected
 # slowdown costs tens of ms per step, far beyond that noise; the steps themselves stay a few ms.

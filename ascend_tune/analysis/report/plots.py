@@ -134,6 +134,9 @@ def report_images(report: RunReport) -> dict:
     else:
         images = {"loss curve": loss_curve_png(report.log)}
     images["steps/sec"] = steps_per_sec_png(runs)
+    from .time_section import images as time_images
+
+    images.update(time_images(report))
     return images
 
 

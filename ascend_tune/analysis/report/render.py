@@ -18,7 +18,7 @@ import numpy as np
 from ...formats.atomic import write_atomic
 from ..logs.compare import LossComparison
 from ..logs.throughput import RunThroughput
-from . import next_steps
+from . import next_steps, time_section
 from .alignment import DumpPair, frame_text, verdict_lines
 from .build import RunReport
 from .plots import report_images
@@ -101,6 +101,7 @@ def _captions(report: RunReport) -> dict:
         "loss curves": "Both runs' loss at each step: where the curves part, the gap below grows.",
         "loss gap": f"Top: the absolute gap at each step; bottom: the relative gap against the {threshold} "
                     "threshold (dashed).",
+        time_section.FIGURE: time_section.CAPTION,
         "steps/sec": "Steps/sec of each log line: the shaded warm-up is left out of the medians (dashed); single "
                      "dips are machine noise or profiled steps.",
     }
@@ -135,6 +136,10 @@ def _sections(report: RunReport, dump_csv: Optional[str] = None) -> list:
         out.append(Section("Loss against the baseline", _comparison_rows(c), next_steps.loss(report),
                            figures=("loss curves", "loss gap")))
     out.append(_throughput_section(report, s))
+    if report.trace_comparison is not None:
+        rows, table = time_section.section_rows(report.trace_comparison)
+        out.append(Section(time_section.TITLE, rows, report.trace_comparison.next_action, table=table,
+                           figures=(time_section.FIGURE,)))
     if report.alignment is not None:
         out.append(Section("First divergence (precision dumps)", _divergence_rows(report.alignment.dumps, dump_csv),
                            next_steps.divergence(report)))

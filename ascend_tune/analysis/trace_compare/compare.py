@@ -114,14 +114,18 @@ class TraceComparison:
 
     def top_line(self) -> str:
         """The top contributor as one line with its next action."""
+        return f"{self.top_summary()} Next: {self.next_action}"
+
+    def top_summary(self) -> str:
+        """The top contributor: its level and name, ms per step on each side, share of the gap, how much slower."""
         if self.top is None:
-            return f"No contributor beyond noise. Next: {self.next_action}"
+            return "No contributor beyond noise."
         r = self.top
         ratio = "only in the target" if r.only_in == "target" else (
             f"{r.ratio:.1f}x slower on the target" if r.ratio else "new on the target")
         share = f", {r.share:.0%} of the gap" if r.share is not None else ""
         return (f"Top contributor: {r.level} {r.name}: {r.delta_ms:+.2f} ms per step ({r.base_ms:.2f} -> "
-                f"{r.target_ms:.2f} ms{share}), {ratio}. Next: {self.next_action}")
+                f"{r.target_ms:.2f} ms{share}), {ratio}.")
 
 
 def side_of(trace: Trace, step: Optional[int] = None) -> RunSide:
