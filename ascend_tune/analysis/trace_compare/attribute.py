@@ -8,13 +8,15 @@ its events' self times (duration minus their children's) per label. What no even
 - **module**: the innermost module scope: the monitor's ``ascend_tune.module#<path>`` ranges
   (``formats.trace_names``), else torch.profiler's ``with_modules`` frames (``nn.Module: Linear_0``, joined into a
   path). A backward op belongs to the module of the forward op with the same ``Sequence number``.
-- **op**: the innermost op (``aten::addmm``; an autograd node such as ``AddmmBackward0`` is its own op).
+- **op**: the innermost op (``aten::addmm``; an autograd node such as ``AddmmBackward0`` is its own op; ranges
+  such as ``ProfilerStep#N`` or ``Optimizer.step#...``, which torch_npu also writes as ``cpu_op``, are not ops).
 - **kind**: a context kind of an enclosing event (host sync, data loading, optimizer) or the op's compute kind. On
   a trace with a device timeline the kinds are measured on the device instead (:func:`_device_kinds`).
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass
 
@@ -27,6 +29,7 @@ OUTSIDE_LABEL = {"module": "(outside any module)", "op": "(outside any op)", "ki
 _CONTEXT_RANK = {None: 0, OPTIMIZER: 1, DATA: 2, HOST_SYNC: 3}  # the higher wins over an enclosing context
 _TORCH_MODULE_FRAME = "nn.Module: "
 _BACKWARD_WRAPPER = "autograd::engine::evaluate_function: "
+_AUTOGRAD_NODE = re.compile(r"^(autograd::engine::evaluate_function: )?\w+Backward\d*$")  # AddmmBackward0
 
 
 @dataclass(frozen=True)
@@ -74,7 +77,7 @@ def label_events(trace: Trace) -> Labels:
         if _CONTEXT_RANK[own_context] < _CONTEXT_RANK[inherited_context]:
             own_context = inherited_context
         context[index] = own_context
-        if event.role == "host" and (event.is_op or event.cat == "cpu_op"):
+        if event.role == "host" and (event.is_op or _AUTOGRAD_NODE.match(name)):
             op[index] = name[len(_BACKWARD_WRAPPER):] if name.startswith(_BACKWARD_WRAPPER) else name
         else:
             op[index] = inherited_op

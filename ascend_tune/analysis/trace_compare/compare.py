@@ -166,8 +166,9 @@ def compare_sides(base: RunSide, target: RunSide, next_action: str = "", notes: 
             b, t = base.rows[level].get(name, 0.0), target.rows[level].get(name, 0.0)
             only = "" if name in base.rows[level] and name in target.rows[level] else (
                 "base" if name in base.rows[level] else "target")
-            if name in OUTSIDE_LABEL.values():
-                only = ""
+            if level == "kind" or name in OUTSIDE_LABEL.values() or (
+                    level == "module" and "none" in (base.scopes, target.scopes)):
+                only = ""  # a kind is a category; a module is missing from a trace that has no module scopes
             row_noise = _noise(base.per_step[level].get(name, ()), target.per_step[level].get(name, ()),
                                base.median_ms)
             level_rows.append(Row(level, name, b, t, t - b, (t - b) / gap if gap else None, only,
