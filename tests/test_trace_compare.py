@@ -26,13 +26,14 @@ from ascend_tune.testing.models import (
     synthetic_tokens,
 )
 
-# Sized for a loaded 2-core machine, where the scheduler takes ~8 ms slices out of random steps: each injected
-# slowdown costs tens of ms per step, far beyond that noise; the steps themselves stay a few ms.
+# Sized for a loaded 2-core machine, where the scheduler takes ~8 ms slices out of random steps and the load changes
+# between runs: each injected slowdown costs over 100 ms per step, beyond 3 spreads of step times; the steps
+# themselves stay a few ms.
 STEPS = 14
 PROFILE = dict(skip_first=3, wait=0, warmup=1, active=9, repeat=1)
-SLOW_ROUNDS = 400  # extra tanh over the slowed module's output
-SYNC_READS = 4000  # float(loss) calls per step (through map: no Python between them), a read-back loop
-DATA_SLEEP_S = 0.08  # a slow collate per batch
+SLOW_ROUNDS = 1500  # extra tanh over the slowed module's output
+SYNC_READS = 15000  # float(loss) calls per step (through map: no Python between them), a read-back loop
+DATA_SLEEP_S = 0.15  # a slow collate per batch
 
 
 def _slow_forward(module: torch.nn.Module, rounds: int) -> None:

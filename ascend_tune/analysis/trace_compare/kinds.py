@@ -11,6 +11,7 @@ its wall time.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import NamedTuple, Optional
 
@@ -65,6 +66,7 @@ COMPUTE_KINDS = tuple(k for k in KINDS if k.side == "compute")
 _SYNC_CALL = re.compile(r"Synchronize", re.IGNORECASE)
 
 
+@functools.lru_cache(maxsize=4096)
 def context_kind(name: str) -> Optional[str]:
     """The context kind an annotation or op name opens (``host sync``, ``data loading``, ``optimizer``), or None."""
     if name in SYNC_OPS or _SYNC_CALL.search(name):
@@ -76,6 +78,7 @@ def context_kind(name: str) -> Optional[str]:
     return None
 
 
+@functools.lru_cache(maxsize=4096)
 def compute_kind(name: str) -> str:
     """The compute kind of an op or device task name (the first rule of :data:`KINDS` that matches)."""
     for kind in KINDS:

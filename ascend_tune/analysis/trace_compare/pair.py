@@ -40,8 +40,10 @@ def compare_traces(base: PathLike, target: PathLike, step: Optional[int] = None,
         rank: the rank to take from a folder holding several ranks' traces.
     """
     notes: list = []
-    traces = [read_trace(pick_trace(path, rank, notes)) for path in (base, target)]
-    sides = [side_of(trace, step) for trace in traces]
+    paths = [pick_trace(path, rank, notes) for path in (base, target)]
+    base_side = side_of(read_trace(paths[0]), step)  # one trace in memory at a time: the base's goes here
+    target_trace = read_trace(paths[1])
+    sides = [base_side, side_of(target_trace, step)]
     for side in sides:
         if side.scopes == "none":
             notes.append(f"{side.path}: no module scopes, so no module rows; profile under TrainingMonitor"
@@ -49,7 +51,7 @@ def compare_traces(base: PathLike, target: PathLike, step: Optional[int] = None,
                          "with_modules=True")
     comparison = compare_sides(*sides, notes=tuple(notes))
     top = choose_top(comparison)
-    return replace(comparison, top=top, next_action=next_action(comparison, top, traces[1]))
+    return replace(comparison, top=top, next_action=next_action(comparison, top, target_trace))
 
 
 def pick_trace(path: PathLike, rank: Optional[int], notes: list) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import zlib
 from collections.abc import Iterator
 from typing import NamedTuple, Union
@@ -118,6 +119,11 @@ def _first_line(exc: BaseException) -> str:
 _CHUNK = 1 << 22  # characters read at a time by the streaming reader
 _DECODER = json.JSONDecoder()
 _SPACE = " \t\r\n"
+# Where one event may end and the next begin. A cut there is only a guess (the same text can sit inside an event's
+# args); json.loads of "[" + text up to the cut + "]" succeeds only when every event before it is whole, so a wrong
+# guess fails and that event is read on its own.
+_BOUNDARY = re.compile(r"\}\s*,\s*(?=\{)")
+_TAIL = 1 << 16  # how far back from the window's end a boundary is looked for
 
 
 class TraceStream:
@@ -191,17 +197,39 @@ class TraceStream:
             self._pos += 1
             return
         while True:
-            record = self._value()
-            if not isinstance(record, dict):
-                raise InputError(f"{self.path}: not a Chrome trace (an event is a {type(record).__name__}, "
-                                 "not an object)")
-            yield self._numeric(record)
+            batch = self._batch()
+            if batch:
+                for record in batch:
+                    yield self._numeric(self._event(record))
+                continue
+            yield self._numeric(self._event(self._value()))
             following = self._peek()
             self._pos += 1
             if following == "]":
                 return
             if following != ",":
                 self._truncated("expected ',' or ']'")
+
+    def _batch(self) -> list:
+        """The whole events from the cursor to the last boundary in the window, decoded at once (C speed), and the
+        cursor moved past them; [] when there is no such run of events."""
+        buf, pos = self._buf, self._pos
+        last = None
+        for match in _BOUNDARY.finditer(buf, max(pos, len(buf) - _TAIL)):
+            last = match
+        if last is None or last.start() <= pos:
+            return []
+        try:
+            records = json.loads("[" + buf[pos:last.start() + 1] + "]")
+        except ValueError:
+            return []
+        self._pos = last.end()
+        return records
+
+    def _event(self, record):
+        if not isinstance(record, dict):
+            raise InputError(f"{self.path}: not a Chrome trace (an event is a {type(record).__name__}, not an object)")
+        return record
 
     def _numeric(self, event: dict) -> dict:
         ts, dur = event.get("ts"), event.get("dur")

@@ -33,7 +33,7 @@ _MIN_EPS_US = 0.002
 
 # The args a reader uses (stacks, shapes, device tasks, CANN ids, the forward op a backward op belongs to); the
 # rest of each event's args is dropped while the file streams in.
-KEPT_ARGS = ("Call stack", "Input Dims", "Task Type", "id", "Sequence number", "Fwd thread id")
+KEPT_ARGS = ("Call stack", "Input Dims", "Task Type", "id", "Sequence number")
 _NO_ARGS: dict = {}
 
 Role = str  # "host" | "python" | "runtime" | "device"
@@ -154,6 +154,8 @@ def read_trace(path: Union[str, os.PathLike]) -> Trace:
         kept = _NO_ARGS
         if isinstance(args, dict):
             kept = {key: args[key] for key in KEPT_ARGS if key in args} or _NO_ARGS
+            if "Input Dims" in kept:  # nested lists cost ~10x their text; readers compare them as text
+                kept["Input Dims"] = sys.intern(str(kept["Input Dims"]))
         raw.append((sys.intern(str(record.get("name", ""))), sys.intern(str(record.get("cat") or "")), ts,
                     max(dur, 0.0), record.get("pid"), record.get("tid"), kept))
     header = stream.header
