@@ -41,15 +41,25 @@ def record_module_scopes(models: tuple, stack: contextlib.ExitStack, before: Opt
             before()
         name = names.get(id(module))
         if name is not None and recording():
-            scope = record_function(name)
-            scope.__enter__()
+            try:  # a range that cannot open costs the scope, never the forward
+                scope = record_function(name)
+                scope.__enter__()
+            except Exception:  # noqa: BLE001
+                return
             open_ranges.setdefault(id(module), []).append(scope)
 
     def leave(module: Any, args: Any, output: Any) -> None:
         scopes = open_ranges.get(id(module))
         if scopes:
-            scopes.pop().__exit__(None, None, None)
+            try:
+                scopes.pop().__exit__(None, None, None)
+            except Exception:  # noqa: BLE001
+                pass
 
     stack.callback(open_ranges.clear)
     stack.callback(module_hooks.register_module_forward_pre_hook(enter).remove)
-    stack.callback(module_hooks.register_module_forward_hook(leave, always_call=True).remove)
+    try:  # always_call: the range closes also when the forward raises
+        handle = module_hooks.register_module_forward_hook(leave, always_call=True)
+    except TypeError:  # a torch without always_call on the global hook
+        handle = module_hooks.register_module_forward_hook(leave)
+    stack.callback(handle.remove)
