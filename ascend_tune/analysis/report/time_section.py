@@ -8,11 +8,10 @@ action. Built only when both runs have traces under ``profile/``.
 from __future__ import annotations
 
 import os
-from typing import Any, Optional
+from typing import Optional
 
 from ...errors import InputError
 from ..trace_compare.compare import UNATTRIBUTED, TraceComparison
-from ..trace_compare.kinds import KIND_NAMES
 
 TITLE = "Where the time goes"
 FIGURE = "time by kind"
@@ -59,32 +58,3 @@ def section_rows(c: TraceComparison) -> tuple:
               "" if r.share is None else f"{r.share:.0%}", "yes" if r.beyond_noise else "")
              for r in ranked]
     return rows, (header, table)
-
-
-def kinds_png(c: TraceComparison) -> bytes:
-    """A stacked horizontal bar per run: its median step's ms by kind."""
-    from .plots import _matplotlib, _png
-
-    Figure, Canvas = _matplotlib()
-    fig = Figure(figsize=(9, 2.8), dpi=100)
-    ax = fig.add_subplot()
-    sides = (("reference", c.base.rows["kind"]), ("this run", c.target.rows["kind"]))
-    kinds = [k for k in KIND_NAMES if any(side.get(k, 0.0) > 0 for _, side in sides)]
-    for y, (_, parts) in enumerate(sides):
-        left = 0.0
-        for i, kind in enumerate(kinds):
-            width = max(parts.get(kind, 0.0), 0.0)
-            ax.barh(y, width, left=left, color=f"C{i % 10}", label=kind if y == 0 else None)
-            left += width
-    ax.set_yticks(range(len(sides)), [label for label, _ in sides])
-    ax.invert_yaxis()
-    ax.set_xlabel("ms per step (median step)")
-    ax.set_title("Where the time goes, by kind")
-    ax.legend(fontsize="small", ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.35))
-    return _png(fig, Canvas)
-
-
-def images(report: Any) -> dict:
-    """``{FIGURE: png}`` when the report holds a trace comparison, else empty."""
-    c = getattr(report, "trace_comparison", None)
-    return {FIGURE: kinds_png(c)} if c is not None else {}
