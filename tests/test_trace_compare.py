@@ -50,9 +50,9 @@ def _slow_forward(module: torch.nn.Module, rounds: int) -> None:
 
 
 class _ManyTensors(torch.nn.Module):
-    """300 small parameter tensors and almost no arithmetic (one stack): the optimizer is the step."""
+    """1000 small parameter tensors and almost no arithmetic (one stack): the optimizer is the step."""
 
-    def __init__(self, count: int = 300):
+    def __init__(self, count: int = 1000):
         super().__init__()
         self.weights = torch.nn.ParameterList(torch.nn.Parameter(torch.randn(4)) for _ in range(count))
 

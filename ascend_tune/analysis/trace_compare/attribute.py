@@ -116,9 +116,28 @@ def step_rows(trace: Trace, labels: Labels, step: Step) -> dict:
     rest = step.dur - counted
     for level in LEVELS:
         out[level][OUTSIDE_LABEL[level]] += rest
+    loop = _read_back_loop_us(trace, labels, step)
+    out["kind"][OUTSIDE] -= loop
+    out["kind"][HOST_SYNC] += loop
     if trace.has_device_timeline:
         out["kind"] = _device_kinds(trace, labels, step)
     return out
+
+
+def _read_back_loop_us(trace: Trace, labels: Labels, step: Step) -> float:
+    """The host's time between two consecutive top-level host syncs with no other op between them: the Python of
+    a read-back loop (``[x.item() for x in t]``), host-sync time rather than time outside any op."""
+    loop, previous = 0.0, {}
+    for index in trace.in_step(step):
+        event = trace.events[index]
+        parent = trace.parents[index]
+        if event.role != "host" or labels.op[index] is None or (parent >= 0 and labels.op[parent] is not None):
+            continue  # not a top-level op
+        before = previous.get(event.tid)
+        if before is not None and labels.kind[index] == HOST_SYNC and labels.kind[before] == HOST_SYNC:
+            loop += max(event.ts - trace.events[before].end, 0.0)
+        previous[event.tid] = index
+    return loop
 
 
 def _device_kinds(trace: Trace, labels: Labels, step: Step) -> Counter:

@@ -34,8 +34,8 @@ def _names(*words: str) -> re.Pattern:
 HOST_SYNC, DATA, OPTIMIZER, OUTSIDE, IDLE = "host sync", "data loading", "optimizer", "outside any op", "device idle"
 
 KINDS = (
-    Kind(HOST_SYNC, "context", "aten::item / aten::_local_scalar_dense, or a synchronize call (the host waits)",
-         None),
+    Kind(HOST_SYNC, "context", "aten::item / aten::_local_scalar_dense, or a synchronize call (the host waits); "
+         "with the Python between two such calls that have no other op between them (a read-back loop)", None),
     Kind(DATA, "context", "inside enumerate(DataLoader)#... (the next batch)", None),
     Kind(OPTIMIZER, "context", "inside Optimizer.step#... / Optimizer.zero_grad#..., or a fused optimizer kernel",
          _names(r"_fused_adam", r"_fused_sgd", r"fused_?adam", r"apply_adam", r"multi_tensor_apply",
