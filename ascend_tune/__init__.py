@@ -4,10 +4,9 @@
 offline commands) do not pay for importing torch.
 """
 
-from typing import Any
-
 from ._version import __version__
 from .errors import AscendTuneError
+from .lazy import lazy_names
 
 __all__ = [
     "AscendTuneError", "DeviceInfo", "PrecisionConfig", "ProfileConfig", "ShapesConfig", "TrainingMonitor",
@@ -16,23 +15,14 @@ __all__ = [
 
 _LAZY = {
     "TrainingMonitor": "ascend_tune.monitor",
+    "AscendTuneError": "ascend_tune.errors",
     "DeviceInfo": "ascend_tune.device",
     "detect_device": "ascend_tune.device",
     "PrecisionConfig": "ascend_tune.precision.config",
-    "seed_all": "ascend_tune.precision.seed",
-    "ProfileConfig": "ascend_tune.profiling",
-    "TuneConfig": "ascend_tune.tuning",
-    "ShapesConfig": "ascend_tune.tuning.shapes",
+    "seed_all": "ascend_tune.seed.seeding",
+    "ProfileConfig": "ascend_tune.profiling.config",
+    "TuneConfig": "ascend_tune.tuning.config",
+    "ShapesConfig": "ascend_tune.shapes.config",
 }
 
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'ascend_tune' has no attribute {name!r}")
-
-
-def __dir__() -> list:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_names(__name__, {**_LAZY, "__version__": "ascend_tune._version"})

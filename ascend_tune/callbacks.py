@@ -45,18 +45,20 @@ class Callback:
         return None
 
 
-# feature option -> (module, factory); factory(value, ctx) returns a Callback or None (the feature is off); ctx is
-# the RunContext without features. Each factory reads its own environment switch (ASCEND_TUNE_PROFILE, ...) when the
-# option is not given. The order is the order of on_enter and of every step event: profile and precision only
-# prepare at on_enter (nothing is hooked before a selected step begins); seed then seeds, so that tune's probes,
-# which draw no random numbers, run after it and the user's first batch draws the seeded stream; shapes comes
-# last because it checks the precision feature it would run beside (ctx.feature("precision")).
+# feature option -> its package; every feature package has the same shape: config.py (a FeatureConfig), callback.py
+# (its Callback and build_callback(value, ctx), which returns the callback or None when the feature is off; ctx is
+# the RunContext without features), its work modules. A new feature is one package and one entry here. Each
+# build_callback reads its own environment switch (ASCEND_TUNE_PROFILE, ...) when the option is not given. The
+# order is the order of on_enter and of every step event: profile and precision only prepare at on_enter (nothing
+# is hooked before a selected step begins); seed then seeds, so that tune's probes, which draw no random numbers,
+# run after it and the user's first batch draws the seeded stream; shapes comes last because it checks the
+# precision feature it would run beside (ctx.feature("precision")).
 FEATURES: dict = {
-    "profile": ("ascend_tune.profiling", "build_callback"),
-    "precision": ("ascend_tune.precision.callback", "build_callback"),
-    "seed": ("ascend_tune.precision.seed", "build_callback"),
-    "tune": ("ascend_tune.tuning", "build_callback"),
-    "shapes": ("ascend_tune.tuning.shapes", "build_shapes_callback"),
+    "profile": "ascend_tune.profiling",
+    "precision": "ascend_tune.precision",
+    "seed": "ascend_tune.seed",
+    "tune": "ascend_tune.tuning",
+    "shapes": "ascend_tune.shapes",
 }
 
 
@@ -67,8 +69,8 @@ def build_features(values: dict, ctx: RunContext) -> list:
         if value is not None and option not in FEATURES:
             raise ConfigError(f"option {option!r} is not available in this version of ascend_tune")
     built = []
-    for option, (module_name, factory) in FEATURES.items():
-        cb = getattr(importlib.import_module(module_name), factory)(values.get(option), ctx)
+    for option, package in FEATURES.items():
+        cb = importlib.import_module(f"{package}.callback").build_callback(values.get(option), ctx)
         if cb is not None:
             built.append(cb)
     return built

@@ -8,144 +8,17 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import inspect
 import logging
-import sys
 import threading
 from collections.abc import Iterable, Iterator
 from typing import Any, Callable, Optional
 
 import torch
 
-_local = threading.local()
+from .recording.frames import in_internal
+
+_local = threading.local()  # the backward patch's nesting depth
 logger = logging.getLogger("ascend_tune")
-
-
-class _Internal:
-    # a plain class, not @contextmanager: it runs on every backward, where a generator costs microseconds
-    __slots__ = ()
-
-    def __enter__(self) -> None:
-        _local.internal = getattr(_local, "internal", 0) + 1
-
-    def __exit__(self, *exc: Any) -> None:
-        _local.internal -= 1
-
-
-_INTERNAL = _Internal()
-
-
-def internal() -> _Internal:
-    """Mark tensor work done by ascend_tune itself (loss accumulation, statistics) so no capture records it."""
-    return _INTERNAL
-
-
-def in_internal() -> bool:
-    """True while ascend_tune's own tensor work runs on this thread."""
-    return getattr(_local, "internal", 0) > 0
-
-
-# the code objects of functions that make a torch call on the user's behalf (a recorder's call_api); a function mode
-# beneath such a recorder sees that function as the call's maker, and looks past it to the user's frame
-_ON_BEHALF: set = set()
-
-
-def on_behalf(fn: Callable) -> Callable:
-    """Mark ``fn`` (a recorder's ``call_api``) as running the torch calls it receives for the code that made them:
-    :func:`user_caller` looks past its frames. Recorders stack (a statistics dump beside a replay, the shape
-    detector beside a dump), so the lower one would otherwise name the upper one's frame as the caller."""
-    _ON_BEHALF.add(fn.__code__)
-    return fn
-
-
-def user_caller(frame: Any) -> Any:
-    """``frame``, or the first frame above it that is not an :func:`on_behalf` function's: the call's maker."""
-    while frame is not None and frame.f_code in _ON_BEHALF:
-        frame = frame.f_back
-    return frame
-
-
-def remove_function_mode(mode: Any) -> bool:
-    """Remove ``mode`` from torch's function-mode stack wherever it sits, keeping the modes above it in order;
-    False when it is not on the stack (torch has set it aside while its handler runs).
-
-    ``TorchFunctionMode.__exit__`` pops whatever is on top: when undos do not run in push order (a block ending by
-    an exception), popping the top would take another feature's mode off in place of this one.
-    """
-    depth = torch._C._len_torch_function_stack()
-    if not any(torch._C._get_function_stack_at(i) is mode for i in range(depth)):
-        return False
-    above = []
-    while True:
-        top = torch._C._pop_torch_function_stack()
-        if top is mode:
-            break
-        above.append(top)
-    for other in reversed(above):
-        torch._C._push_on_torch_function_stack(other)
-    return True
-
-
-class ModeRemoval:
-    """Takes function modes off torch's stack now, or at the first chance when torch has set one aside.
-
-    Torch sets a mode aside while its handler runs and puts it back afterwards. A step that ends inside a torch call
-    (with no optimizer a step ends in ``loss.backward()``, which reaches the mode) cannot remove it then; the next
-    module call (a one-shot global pre-hook) or an explicit :meth:`retry` (the next step, the block's end) can.
-    """
-
-    def __init__(self) -> None:
-        self._pending: list = []
-        self._hook: Any = None
-
-    def remove(self, mode: Any) -> None:
-        if not remove_function_mode(mode):
-            self._pending.append(mode)
-            if self._hook is None:
-                self._hook = torch.nn.modules.module.register_module_forward_pre_hook(lambda *_: self.retry())
-
-    @property
-    def pending(self) -> bool:
-        """Whether a mode is still waiting to be taken off."""
-        return bool(self._pending)
-
-    def retry(self) -> None:
-        self._pending = [m for m in self._pending if not remove_function_mode(m)]
-        if not self._pending and self._hook is not None:
-            self._hook.remove()
-            self._hook = None
-
-
-def global_forward_hook(hook: Callable[[Any, tuple, dict, Any], None], *, always_call: bool = False) -> Any:
-    """Register ``hook(module, args, kwargs, output)`` as a forward hook of every module; returns its handle.
-
-    Global forward hooks get the forward's keyword arguments from torch 2.6 on (``with_kwargs``); on an older torch
-    ``kwargs`` is always ``{}`` (said once in the log), since a hook on each module would be pickled with it.
-    """
-    register = torch.nn.modules.module.register_module_forward_hook
-    if "with_kwargs" in inspect.signature(register).parameters:
-        return _KwargsHookHandle(register(hook, with_kwargs=True, always_call=always_call))
-    if not getattr(global_forward_hook, "said", False):
-        global_forward_hook.said = True  # type: ignore[attr-defined]
-        logger.info("ascend_tune: torch %s gives global module hooks no keyword arguments (torch 2.6 does): "
-                    "module records show input_kwargs as {}", torch.__version__)
-    return register(lambda module, args, output: hook(module, args, {}, output), always_call=always_call)
-
-
-class _KwargsHookHandle:
-    """A global kwargs hook's handle whose ``remove()`` also clears the hook's id from torch's with_kwargs table.
-
-    torch's handle leaves it there (torch 2.13), and ``torch.compile`` then warns about global hooks that are gone.
-    """
-
-    def __init__(self, handle: Any):
-        self._handle = handle
-
-    def remove(self) -> None:
-        self._handle.remove()
-        table = getattr(torch.nn.modules.module, "_global_forward_hooks_with_kwargs", None)
-        if isinstance(table, dict):
-            table.pop(self._handle.id, None)
 
 
 def patch_backward(
@@ -201,60 +74,6 @@ def hook_optimizer(
     stack.callback(pre.remove)
     post = optimizer.register_step_post_hook(lambda opt, args, kwargs: on_post(opt))
     stack.callback(post.remove)
-
-
-def compile_in_use(models: tuple = ()) -> bool:
-    """Whether ``torch.compile``d code may run: one of ``models`` (or a submodule) is compiled, or dynamo has compiled
-    a frame in this process. False while dynamo is not even imported (frameworks import it without compiling)."""
-    if "torch._dynamo" not in sys.modules:
-        return False
-    for model in models:
-        if type(model).__name__ == "OptimizedModule":
-            return True
-        if any(getattr(m, "_compiled_call_impl", None) is not None for m in model.modules()):  # module.compile()
-            return True
-    try:
-        from torch._dynamo.utils import counters
-
-        return counters["frames"]["total"] > 0
-    except Exception:  # a dynamo without those counters: assume it compiles
-        return True
-
-
-def run_eager(stack: contextlib.ExitStack, models: tuple = ()) -> bool:
-    """Make ``torch.compile``d code run eagerly until ``stack`` closes (``torch.compiler.set_stance("force_eager")``;
-    the previous stance comes back unless the script set its own meanwhile); False when nothing compiled is in use
-    (:func:`compile_in_use`) or the stance cannot be set here.
-
-    Recording hooks and function modes would otherwise be traced by dynamo (graph breaks, recompiles, warnings) and
-    see the compiled graph's boundaries instead of the ops; eager code runs the same ops the model's Python says.
-    """
-    if not compile_in_use(models):
-        return False
-    if getattr(torch.compiler, "set_stance", None) is None:  # first in torch 2.6
-        if not getattr(run_eager, "said", False):
-            run_eager.said = True  # type: ignore[attr-defined]
-            logger.info("ascend_tune: torch %s has no torch.compiler.set_stance (torch 2.6 does): recorded steps of "
-                        "a compiled model run compiled, and dynamo traces the recording hooks", torch.__version__)
-        return False
-    try:
-        stance = torch.compiler.set_stance("force_eager")
-    except Exception:  # inside a compiled region
-        return False
-    stack.callback(_restore_stance, stance)
-    return True
-
-
-def _restore_stance(stance: Any) -> None:
-    """Put the previous stance back, unless the script set one of its own meanwhile (that one stays)."""
-    try:
-        from torch._dynamo import eval_frame
-
-        if eval_frame._stance is not stance.stance:
-            return
-    except Exception:  # a torch without that attribute: restore as the context manager does
-        pass
-    stance.__exit__(None, None, None)
 
 
 def patch_grad_scaler(

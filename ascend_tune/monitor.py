@@ -22,12 +22,14 @@ from typing import Any, Optional
 import torch
 
 from . import capture, device, metrics, sinks
-from .callbacks import Callback, CallbackSet, build_features
+from .callbacks import CallbackSet, build_features
 from .context import RunContext, detect_rank, detect_world_size
-from .errors import ConfigError, check_option_names
+from .errors import ConfigError
 from .formats.atomic import Outputs
 from .formats.run_dir import RunDir
 from .optimizer_watch import OptimizerWatch
+from .options import MonitorOptions, check_objects
+from .recording.frames import internal
 from .sigterm import SigtermHandler
 from .steps import OPTIMIZER, WATCH, ClosedStep, StepTracker
 
@@ -85,32 +87,15 @@ class TrainingMonitor:
         callbacks: Optional[Iterable] = None,
         **unknown: Any,
     ):
-        _check_options(unknown)
-        _check_model(model)
-        if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
-            raise ConfigError(
-                f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}; "
-                "pass the optimizer whose step() ends a training step, or None"
-            )
-        if train_loader is not None and not isinstance(train_loader, Iterable):
-            raise ConfigError(f"train_loader must be iterable, got {type(train_loader).__name__}")
-        if not isinstance(log_dir, (str, os.PathLike)) or not str(log_dir):
-            raise ConfigError("log_dir must be a folder path such as 'exp/train'")
-        _check_int("log_every", log_every, 1)
-        _check_int("warmup_steps", warmup_steps, 0)
-        _check_int("start_step", start_step, 0)
-        if samples_per_step is not None:
-            _check_int("samples_per_step", samples_per_step, 1)
-        if rank is not None:
-            _check_int("rank", rank, 0)
-        if accumulate not in ("sum", "mean"):
-            raise ConfigError(f"accumulate must be 'sum' or 'mean', got {accumulate!r}")
-        if scaler is not None and not callable(getattr(scaler, "scale", None)):
-            raise ConfigError(f"scaler must be a GradScaler, got {type(scaler).__name__}")
+        self.callbacks = list(callbacks or [])
+        check_objects(unknown, model, optimizer, train_loader, scaler, self.callbacks)
+        options = MonitorOptions(log_dir=log_dir, log_every=log_every, warmup_steps=warmup_steps,
+                                 start_step=start_step, samples_per_step=samples_per_step, accumulate=accumulate,
+                                 rank=rank, tensorboard=tensorboard)
         self.model = model
         self.optimizer = optimizer
         self.train_loader = train_loader
-        self.log_dir = os.fspath(log_dir)
+        self.log_dir = os.fspath(options.log_dir)
         self.log_every = log_every
         self.warmup_steps = warmup_steps
         self.start_step = start_step
@@ -119,13 +104,7 @@ class TrainingMonitor:
         self.accumulate = accumulate
         self.quiet = quiet
         self.features = {"profile": profile, "precision": precision, "seed": seed, "tune": tune, "shapes": shapes}
-        if tensorboard is not None and not isinstance(tensorboard, bool):
-            raise ConfigError(f"tensorboard must be True or False, got {tensorboard!r}")
         self.tensorboard = tensorboard
-        self.callbacks = list(callbacks or [])
-        for cb in self.callbacks:
-            if not isinstance(cb, Callback):
-                raise ConfigError(f"callbacks must be ascend_tune.callbacks.Callback objects, got {type(cb).__name__}")
         self.rank = rank if rank is not None else detect_rank()
         self.world_size = detect_world_size()
         self.device: Optional[device.DeviceInfo] = None
@@ -203,7 +182,7 @@ class TrainingMonitor:
         if self._watch is not None:
             self._watch.at_exit()
         self._tracker.commit()
-        with capture.internal():
+        with internal():
             if self.clock.pending_steps and not self._log_broken:
                 self._log_window()
             self._drain(force=True)
@@ -219,7 +198,7 @@ class TrainingMonitor:
         if loss is not None and not isinstance(loss, torch.Tensor):
             loss = torch.tensor(float(loss))
         if loss is not None:
-            with capture.internal():
+            with internal():
                 loss = self._unscaled(loss).detach()
         self._tracker.explicit_step(loss)
 
@@ -252,7 +231,7 @@ class TrainingMonitor:
 
     def _on_backward(self, tensor: torch.Tensor) -> None:
         try:
-            with capture.internal():
+            with internal():
                 loss = (tensor if self._scaled is None else self._unscaled(tensor)).detach()
             if self._watch is not None:
                 self._watch.before_backward(tensor)
@@ -334,7 +313,7 @@ class TrainingMonitor:
         if self._finished or self._log_broken:
             return
         # a SIGTERM waits until the lines are written; our reads are our own work (no dump or detector sees them)
-        with self._outputs, capture.internal():
+        with self._outputs, internal():
             try:
                 if self._reads:
                     self._drain(force=True)  # a read started at the previous log step is due now
@@ -411,30 +390,3 @@ class TrainingMonitor:
             raise ConfigError(
                 f"mon.{what}() needs an active monitor: call it inside `with TrainingMonitor(...) as mon:`"
             )
-
-
-# --- checks and small facts ---------------------------------------------------------------------------------------
-
-_OPTIONS = (
-    "model", "optimizer", "train_loader", "log_dir", "log_every", "warmup_steps", "start_step",
-    "samples_per_step", "scaler", "accumulate", "rank", "quiet", "profile", "precision", "seed", "tune", "shapes",
-    "tensorboard", "callbacks",
-)
-
-def _check_options(unknown: dict) -> None:
-    check_option_names(unknown, _OPTIONS, "TrainingMonitor")
-
-
-def _check_model(model: Any) -> None:
-    models = model if isinstance(model, (list, tuple)) else [model]
-    for m in models:
-        if m is not None and not isinstance(m, torch.nn.Module):
-            raise ConfigError(
-                f"model must be a torch.nn.Module (or a list of them), got {type(m).__name__}; "
-                "pass the module you train"
-            )
-
-
-def _check_int(name: str, value: Any, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"{name} must be an integer >= {minimum}, got {value!r}")

@@ -22,7 +22,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from . import capture
+from .recording.frames import internal
 from .steps import StepTracker
 
 
@@ -77,7 +77,7 @@ class OptimizerWatch:
     def before_backward(self, loss: torch.Tensor) -> None:
         """A loss is about to be back-propagated."""
         if self._watched is None:
-            with capture.internal():
+            with internal():
                 self._watched = ([p for m in self._models for p in m.parameters()] if self._models
                                  else graph_leaves(loss))
         self._check("the parameters changed, or their gradients were reset, between two backwards without an "

@@ -34,7 +34,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from . import capture
+from .recording.frames import internal
 
 # where steps come from: an optimizer's step hooks; held backwards until an optimizer steps or is known not to;
 # each backward (no optimizer steps)
@@ -249,7 +249,7 @@ class StepTracker:
         if self._loss is None:
             self._loss = loss
         else:
-            with capture.internal():
+            with internal():
                 self._loss = self._loss + loss
         self._backwards += 1
 
@@ -271,7 +271,7 @@ class StepTracker:
                     wall: float) -> None:
         self.commit()  # a step closed earlier is never overwritten
         if loss is not None and self._mean and backwards > 1:
-            with capture.internal():
+            with internal():
                 loss = loss / backwards
         if self._samples_per_step is not None:
             samples = self._samples_per_step

@@ -203,7 +203,7 @@ def _train(model, optimizer, loader, epochs=1):
 
 def test_a_feature_that_raises_is_warned_once_and_driven_no_more(setup, tmp_path, monkeypatch, caplog):
     from ascend_tune import TrainingMonitor
-    from ascend_tune.tuning.shapes import ShapesCallback
+    from ascend_tune.shapes.callback import ShapesCallback
 
     calls = []
 

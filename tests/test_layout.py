@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import ast
+import importlib
+import inspect
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import ascend_tune
+from ascend_tune.callbacks import FEATURES
 
 PACKAGE = Path(ascend_tune.__file__).parent
 ROOT = PACKAGE.parent
@@ -26,13 +29,14 @@ def _modules(under: Path = PACKAGE) -> dict:
     return found
 
 
-def _imports(name: str, path: Path, known: dict) -> set:
-    """The package modules ``name`` imports anywhere in its body (lazy ones too), except for type checking."""
+def _imports(name: str, path: Path, known: dict, type_checking: bool = False) -> set:
+    """The package modules ``name`` imports anywhere in its body (lazy ones too); ``type_checking``: also those
+    imported only for type checking."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     skip = set()
     for node in ast.walk(tree):  # `if TYPE_CHECKING:` blocks import nothing at run time
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+        if not type_checking and isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
             skip.update(id(n) for child in node.body for n in ast.walk(child))
     out = set()
     for node in ast.walk(tree):
@@ -108,9 +112,9 @@ def test_the_cycle_finder_finds_cycles():
     assert _cycles({"a": {"b"}, "b": set()}) == []
 
 
-def test_no_import_cycle_among_the_package_modules():
+def test_no_import_cycle_among_the_package_modules_also_for_type_checking():
     known = _modules()
-    graph = {name: _imports(name, path, known) for name, path in known.items()}
+    graph = {name: _imports(name, path, known, type_checking=True) for name, path in known.items()}
     cycles = _cycles(graph)
     assert not cycles, "import cycles: " + "; ".join(" <-> ".join(c) for c in cycles)
 
@@ -118,7 +122,7 @@ def test_no_import_cycle_among_the_package_modules():
 def test_offline_rooms_never_import_the_cli_or_the_runtime():
     known = _modules()
     runtime = ("ascend_tune.monitor", "ascend_tune.capture", "ascend_tune.steps", "ascend_tune.sinks",
-               "ascend_tune.cli", "ascend_tune.profiling", "ascend_tune.precision", "ascend_tune.tuning")
+               "ascend_tune.cli", "ascend_tune.recording", *FEATURES.values())
     wrong = []
     for name, path in known.items():
         if not (name.startswith("ascend_tune.analysis") or name.startswith("ascend_tune.formats")):
@@ -130,5 +134,72 @@ def test_offline_rooms_never_import_the_cli_or_the_runtime():
 
 
 def test_no_module_is_past_the_size_a_reader_can_hold():
-    long = {name: n for name, path in _modules().items() if (n := len(path.read_text().splitlines())) > 450}
+    long = {name: n for name, path in _modules().items() if (n := len(path.read_text().splitlines())) > 400}
     assert not long, f"split these modules: {long}"
+
+
+# the runtime modules a reader follows step by step: no function there longer than a screen
+SHORT_FUNCTIONS = ("ascend_tune.monitor", "ascend_tune.capture", "ascend_tune.steps", "ascend_tune.recording")
+
+
+def test_no_function_of_the_step_path_is_past_a_screen():
+    long = []
+    for name, path in _modules().items():
+        if name.startswith(SHORT_FUNCTIONS):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
+                        node.end_lineno - node.lineno + 1 > 60:
+                    long.append(f"{name}.{node.name}: {node.end_lineno - node.lineno + 1} lines")
+    assert not long, f"split these functions: {long}"
+
+
+def _in_package(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+# what a feature's modules may import besides their own package: the layers below the features
+BELOW_FEATURES = ("ascend_tune.recording", "ascend_tune.capture", "ascend_tune.metrics", "ascend_tune.sinks",
+                  "ascend_tune.formats", "ascend_tune.config", "ascend_tune.errors", "ascend_tune.callbacks",
+                  "ascend_tune.context", "ascend_tune.device", "ascend_tune.analysis", "ascend_tune.lazy",
+                  "ascend_tune._version")
+
+
+def test_a_feature_imports_only_the_layers_below_it_never_another_feature():
+    known = _modules()
+    wrong = []
+    for feature in FEATURES.values():
+        for name, path in known.items():
+            if not _in_package(name, feature):
+                continue
+            for target in _imports(name, path, known, type_checking=True):
+                if target == "ascend_tune" or _in_package(target, feature):
+                    continue
+                if not any(_in_package(target, below) for below in BELOW_FEATURES):
+                    wrong.append(f"{name} -> {target}")
+    assert not wrong, wrong
+
+
+def test_the_recording_layer_imports_no_feature_and_nothing_above_it():
+    known = _modules()
+    allowed = ("ascend_tune.recording", "ascend_tune.formats", "ascend_tune.errors")
+    wrong = [f"{name} -> {target}" for name, path in known.items() if _in_package(name, "ascend_tune.recording")
+             for target in _imports(name, path, known, type_checking=True)
+             if not any(_in_package(target, a) for a in allowed)]
+    assert not wrong, wrong
+
+
+def test_every_feature_is_a_package_of_the_same_shape():
+    """config.py with a FeatureConfig subclass, callback.py with build_callback(value, ctx), a lazy __init__."""
+    from ascend_tune.config import FeatureConfig
+
+    for option, package in FEATURES.items():
+        folder = ROOT / package.replace(".", "/")
+        assert {"__init__.py", "config.py", "callback.py"} <= {p.name for p in folder.iterdir()}, package
+        config = importlib.import_module(f"{package}.config")
+        configs = [v for v in vars(config).values()
+                   if isinstance(v, type) and issubclass(v, FeatureConfig) and v.__module__ == config.__name__]
+        assert [c.OPTION for c in configs] == [option], package
+        callback = importlib.import_module(f"{package}.callback")
+        assert list(inspect.signature(callback.build_callback).parameters) == ["value", "ctx"], package
+        init = (folder / "__init__.py").read_text(encoding="utf-8")
+        assert "lazy_names(__name__" in init, f"{package}/__init__.py re-exports through ascend_tune.lazy"

@@ -167,12 +167,12 @@ def test_the_model_pickles_inside_a_dumped_step(tmp_path):
 def test_under_compile_module_hooks_go_on_the_submodules_and_pickle_as_nothing(tmp_path, monkeypatch):
     """The path taken when torch.compile is in use (tests/test_compile.py runs it for real, in a subprocess): the
     same dump as with global hooks, and a model saved inside the dumped step loads and runs with no ascend_tune."""
-    from ascend_tune import capture
+    from ascend_tune.recording import compile as compiling
 
     model, optimizer, loader = make()
     train(model, optimizer, loader, tmp_path / "global", precision=dict(steps=[1], level="mix"))
-    monkeypatch.setattr(capture, "compile_in_use", lambda models=(): True)
-    monkeypatch.setattr(capture, "run_eager", lambda stack, models=(): False)  # nothing is compiled here
+    monkeypatch.setattr(compiling, "compile_in_use", lambda models=(): True)
+    monkeypatch.setattr(compiling, "run_eager", lambda stack, models=(): False)  # nothing is compiled here
     model, optimizer, loader = make()
     saved = []
 

@@ -15,11 +15,12 @@ from conftest import read_jsonl
 from torch import nn
 from torch.utils.data import DataLoader
 
-from ascend_tune import AscendTuneError, TrainingMonitor, capture
+from ascend_tune import AscendTuneError, TrainingMonitor
 from ascend_tune.cli import main
+from ascend_tune.formats.shapes_csv import COLUMNS, shape_range
+from ascend_tune.recording.frames import internal
+from ascend_tune.shapes.config import ShapesConfig
 from ascend_tune.testing.fakes import fakes_dir, legacy_dir
-from ascend_tune.tuning.shapes import ShapesConfig
-from ascend_tune.tuning.shapes_report import COLUMNS, shape_range
 
 HERE = os.path.abspath(__file__)
 
@@ -196,7 +197,7 @@ def test_with_no_optimizer_the_mode_goes_once_the_step_ending_in_backward_return
 
 def test_the_monitors_own_tensor_work_is_not_recorded(tmp_path):
     def internal_work(step, mon):
-        with capture.internal():
+        with internal():
             torch.ones(step + 1, 3).sum(dim=0)  # shapes change every step, but it is ascend_tune's own
 
     train(tmp_path, [16] * 4, during=internal_work, shapes=True)

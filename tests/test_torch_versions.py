@@ -14,7 +14,8 @@ import torch
 import torch.nn.functional as F
 from conftest import read_jsonl, read_log
 
-from ascend_tune import TrainingMonitor, capture
+from ascend_tune import TrainingMonitor
+from ascend_tune.recording.modules import global_forward_hook
 from ascend_tune.testing.models import TinyMLP, synthetic_classification
 from ascend_tune.testing.torch_features import find_set_stance, set_stance_missing
 
@@ -59,7 +60,7 @@ def test_global_forward_hooks_see_kwargs_where_torch_passes_them(monkeypatch, kw
             return x * scale
 
     seen = []
-    handle = capture.global_forward_hook(lambda m, args, kwargs, out: seen.append((type(m), kwargs, out)))
+    handle = global_forward_hook(lambda m, args, kwargs, out: seen.append((type(m), kwargs, out)))
     try:
         Scaled()(torch.ones(2), scale=3.0)
     finally:

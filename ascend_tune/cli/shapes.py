@@ -9,7 +9,7 @@ import argparse
 import json
 from collections import Counter
 
-from ..tuning.shapes_report import FIX, ShapesReport, read_shapes_report
+from ..formats.shapes_csv import FIX, ShapesReport, read_shapes_report
 from .args import add_json, int_at_least
 
 

@@ -7,10 +7,10 @@ selected steps through ptdbg_ascend, msprobe or the built-in engine; :func:`read
 first use: the readers and the config do not import torch.
 """
 
-from typing import Any
+from ..lazy import lazy_names
 
-__all__ = ["Dump", "Overflow", "PrecisionConfig", "find_dumps", "find_overflows", "read_dump", "replay_verdict",
-           "seed_all"]
+__all__ = ["Dump", "Overflow", "PrecisionConfig", "PrecisionCallback", "build_callback", "find_dumps", "find_overflows",
+           "read_dump", "replay_verdict"]
 
 _LAZY = {
     "PrecisionConfig": "ascend_tune.precision.config",
@@ -20,17 +20,8 @@ _LAZY = {
     "Overflow": "ascend_tune.analysis.dumps.overflow",
     "find_overflows": "ascend_tune.analysis.dumps.overflow",
     "replay_verdict": "ascend_tune.analysis.dumps.replay",
-    "seed_all": "ascend_tune.precision.seed",
+    "PrecisionCallback": "ascend_tune.precision.callback",
+    "build_callback": "ascend_tune.precision.callback",
 }
 
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'ascend_tune.precision' has no attribute {name!r}")
-
-
-def __dir__() -> list:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_names(__name__, _LAZY)

@@ -21,7 +21,7 @@ import inspect
 from types import CodeType, FrameType
 from typing import Any, Optional
 
-from .. import capture
+from ..recording.frames import user_caller
 
 _FRAMES_UP = 4  # handle_torch_function -> the function itself -> (a decorator's wrapper) -> the caller
 _signatures: dict = {}
@@ -82,10 +82,10 @@ def _site_of(func: Any, frame: Optional[FrameType]) -> Optional[tuple]:
             return None
         if frame.f_code is code:
             caller = frame.f_back
-            if caller is not None and caller is not capture.user_caller(caller):
+            if caller is not None and caller is not user_caller(caller):
                 # a recorder above this mode ran the call for its maker (``func(*args, **kwargs)``): the site is
                 # where the maker called func, above that recorder
-                return _site_of(func, capture.user_caller(caller))
+                return _site_of(func, user_caller(caller))
             return call_site(caller.f_code, caller.f_lasti) if caller is not None else None
         frame = frame.f_back
     return None

@@ -121,7 +121,7 @@ class PrecisionCallback(Callback):
         )
         stack.callback(self._close)
         if self.backend_name == "builtin" and ctx.world_size > 1:
-            from .catalog import collectives_unseen
+            from ..recording.catalog import collectives_unseen
 
             why = collectives_unseen()
             if why:

@@ -3,14 +3,14 @@
 - **API level (L1)**: a ``TorchFunctionMode`` pushed for the selected step sees every torch call, including a
   function imported as ``from torch import relu`` (msprobe patches module attributes and misses it). Torch pops the
   mode while the handler runs, so the API's own inner calls (``F.layer_norm`` -> ``torch.layer_norm``) and the
-  engine's statistics are not seen; the monitor's own tensor work runs under ``capture.internal()`` and is skipped.
+  engine's statistics are not seen; the monitor's own tensor work runs under ``frames.internal()`` and is skipped.
   Backward data comes from a hook on the output's ``grad_fn``: ``backward.input`` is the gradient with respect to
   the outputs, ``backward.output`` the gradients the node produced, as msprobe records them.
 - **Module level (L0)**: :mod:`.modules`.
 - Everything is installed at :meth:`DumpEngine.start` and removed at :meth:`DumpEngine.stop`: outside the selected
   steps no mode, hook or wrapper is active.
 - Under ``torch.compile`` a selected step runs eager (``torch.compiler.set_stance("force_eager")`` for the step,
-  :func:`~ascend_tune.capture.run_eager`): the dump records the ops the model's Python runs, dynamo never traces
+  :func:`~..recording.compile.run_eager`): the dump records the ops the model's Python runs, dynamo never traces
   the mode or the hooks (no graph breaks, recompiles or warnings of ours), module hooks go on the submodules
   instead of globally, and the steps outside the selection run the compiled code untouched. The cost is that one
   step running eager; it computes the same ops, so its numbers match the compiled step's up to the rounding of
@@ -26,25 +26,28 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import sys
 import threading
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any, Callable, Optional
 
 import torch
-from torch.overrides import TorchFunctionMode
 
-from .. import capture
 from .._version import __version__
 from ..formats.atomic import make_below
 from ..formats.dump_layout import BUILTIN_WRITER, CALL_MODEL, TENSOR_DIR, WRITER, step_dir_name
 from ..formats.run_dir import rank_dir_name
-from . import arguments, catalog, stacks
+from ..recording import catalog, stacks
+from ..recording import compile as compiling
+from ..recording.frames import internal, on_behalf
+from ..recording.modules import backward_name
+from ..recording.subscribe import retry_removal, subscribe
+from ..recording.tensors import tensors_in
+from . import arguments
 from .config import PrecisionConfig
 from .journal import StepWriter
-from .modules import ModuleRecorder, backward_name
-from .records import Records, tensors_in
+from .modules import ModuleRecorder
+from .records import Records
 from .replay import StepReplay
 
 
@@ -58,33 +61,6 @@ class StepDump:
     data: dict
     stack: dict
     construct: dict
-
-
-class ApiMode(TorchFunctionMode):
-    """Routes listed torch API calls to a recorder; everything else runs untouched.
-
-    The recorder is anything with a ``recording`` flag and ``call_api(func, api, args, kwargs, caller)`` that runs
-    the call and returns its result: the dump engine here, the dynamic-shape detector in :mod:`ascend_tune.tuning`.
-    """
-
-    def __init__(self, engine: Any):
-        super().__init__()
-        self._engine = engine
-        self._table = catalog.api_table()
-
-    @capture.on_behalf
-    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: Optional[dict] = None) -> Any:
-        if kwargs is None:
-            kwargs = {}
-        try:
-            api = self._table.get(func)
-        except TypeError:
-            api = None
-        if api is None or not self._engine.recording or capture.in_internal():
-            return func(*args, **kwargs)
-        # frame 1 is the code that made the call when func is C-level (operators are told apart there), unless it
-        # is a recorder above this mode that runs the call for that code
-        return self._engine.call_api(func, api, args, kwargs, capture.user_caller(sys._getframe(1)))
 
 
 class DumpEngine:
@@ -123,13 +99,12 @@ class DumpEngine:
         self.ran_eager = False  # the last started step ran torch.compile'd code eagerly
         self._undo: Optional[contextlib.ExitStack] = None
         self._writer: Optional[StepWriter] = None
-        self._mode_removal = capture.ModeRemoval()
 
     # --- lifecycle ---------------------------------------------------------------------------------------------
 
     def start(self, step: int) -> None:
         """Install the mode and hooks and open the step's journal."""
-        self._mode_removal.retry()  # a previous step's mode torch had set aside when that step ended
+        retry_removal()  # a previous step's mode torch had set aside when that step ended
         self.step = step
         # below the dump root only: a run folder deleted under the run is not made again
         self.rank_dir = make_below(self.dump_path, step_dir_name(step), rank_dir_name(self.rank))
@@ -147,13 +122,11 @@ class DumpEngine:
         self.replay = StepReplay(self) if self.config.task == "replay" else None
         undo = contextlib.ExitStack()
         try:
-            compiled = capture.run_eager(undo, tuple(self._models))
+            compiled = compiling.run_eager(undo, tuple(self._models))
             if self._modules is not None:
-                self._modules.install(undo, per_module=compiled or capture.compile_in_use(tuple(self._models)))
+                self._modules.install(undo, per_module=compiled or compiling.compile_in_use(tuple(self._models)))
             if self._api_level:
-                mode = ApiMode(self)
-                mode.__enter__()
-                undo.callback(self._mode_removal.remove, mode)
+                subscribe(undo, self)
         except BaseException:
             undo.close()
             raise
@@ -167,7 +140,7 @@ class DumpEngine:
         undo, self._undo = self._undo, None
         if undo is not None:
             undo.close()
-        self._mode_removal.retry()
+        retry_removal()
         for handle in self.handles:
             handle.remove()
         self.handles = []
@@ -235,40 +208,42 @@ class DumpEngine:
 
     # --- API calls ------------------------------------------------------------------------------------------------
 
-    @capture.on_behalf
-    def call_api(self, func: Any, api: tuple, args: tuple, kwargs: dict, caller: Optional[FrameType]) -> Any:
-        """Run one listed API call, recording it when it is selected."""
+    @on_behalf
+    def call_api(self, func: Any, api: tuple, args: tuple, kwargs: dict, caller: Optional[FrameType],
+                 run: Callable) -> Any:
+        """Run one listed API call (``run``: the recording layer's :class:`~..recording.subscribe.Subscriber`),
+        recording it when it is selected."""
         if stacks.in_data_loading(caller):  # the loader collating a batch: not part of the step's compute
-            return func(*args, **kwargs)
+            return run(*args, **kwargs)
         base = catalog.base_name(api, caller)
         count = self.counts.get(base, 0)
         self.counts[base] = count + 1
         name = f"{base}.{count}.forward"
         if not self.begin(name):
             try:
-                return func(*args, **kwargs)
+                return run(*args, **kwargs)
             finally:
                 self.end(name)
         if self.replay is not None:  # task="replay": checked against the CPU in float64, not dumped
             try:
-                return self.replay.call(name, func, args, kwargs, caller)
+                return self.replay.call(name, func, args, kwargs, caller, run)
             finally:
                 self.end(name)
         part = None
         try:
             # internal: torch popped this mode for the handler, but a mode pushed before it (the shape detector's)
             # would still see the statistics
-            with capture.internal():
+            with internal():
                 part = self._api_inputs(name, *arguments.as_called(func, api, args, kwargs, caller))
         except Exception as exc:
             self.fail(exc)
         try:
-            out = func(*args, **kwargs)
+            out = run(*args, **kwargs)
         finally:
             self.end(name)
         if part is not None and self.recording:
             try:
-                with capture.internal():
+                with internal():
                     self._api_outputs(name, part, args, out, caller)
             except Exception as exc:
                 self.fail(exc)
@@ -315,7 +290,7 @@ class DumpEngine:
             if not self.recording:
                 return
             try:
-                with self.lock, capture.internal():  # a direct torch.autograd.backward leaves the mode on
+                with self.lock, internal():  # a direct torch.autograd.backward leaves the mode on
                     entry = {}
                     if self.want("backward", "input"):
                         entry["input"] = self.records.describe(list(grad_outputs), f"{bw_name}.input")

@@ -18,7 +18,6 @@ import numpy as np
 import torch
 
 from ..analysis.dumps.replay import Metrics, Standard, standard_for
-from .records import tensors_in
 
 MAX_DEPTH = 16
 CPU = torch.device("cpu")
@@ -167,17 +166,6 @@ class GoldenCopy:
         self._memo[id(tensor)] = copy
         self.tensors.append(copy)
         return copy
-
-
-def unique_tensors(value: Any) -> list:
-    """:func:`tensors_in` with each tensor once (the first time it appears)."""
-    seen: set = set()
-    out = []
-    for t in tensors_in(value):
-        if id(t) not in seen:
-            seen.add(id(t))
-            out.append(t)
-    return out
 
 
 _STANDARD_NAMES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.complex32: "float16",

@@ -17,14 +17,14 @@ when its inputs' gradients are in, as msprobe places it. Parameter gradients com
 from __future__ import annotations
 
 import contextlib
-import logging
 import sys
 from typing import Any, Callable, Optional
 
 import torch
 
-from .. import capture
-from .records import tensors_in
+from ..recording.frames import in_internal, internal
+from ..recording.modules import backward_name, hook_modules, module_prefixes
+from ..recording.tensors import tensors_in
 
 
 class _ModuleCall:
@@ -67,16 +67,8 @@ class ModuleRecorder:
     def install(self, undo: contextlib.ExitStack, per_module: bool = False) -> None:
         """Register the hooks, each with its undo on ``undo``; ``per_module``: on each submodule instead of
         globally (under torch.compile)."""
-        if per_module:
-            for _prefix, module in self._names.values():
-                undo.callback(module.register_forward_pre_hook(_Detachable(self._pre)).remove)
-                undo.callback(module.register_forward_hook(_Detachable(self._post), with_kwargs=True,
-                                                           always_call=True).remove)
-        else:
-            pre = torch.nn.modules.module.register_module_forward_pre_hook(self._pre)
-            undo.callback(pre.remove)
-            post = capture.global_forward_hook(self._post, always_call=True)
-            undo.callback(post.remove)
+        modules = [module for _prefix, module in self._names.values()] if per_module else None
+        hook_modules(undo, self._pre, self._post, modules)
         if self._engine.want("backward", "input") or self._engine.want("backward", "output"):
             for prefix, module in self._names.values():
                 for pname, param in module.named_parameters(recurse=False):
@@ -95,10 +87,10 @@ class ModuleRecorder:
     def _pre(self, module: Any, args: tuple) -> None:
         engine = self._engine
         known = self._names.get(id(module))
-        if known is None or known[1] is not module or not engine.recording or capture.in_internal():
+        if known is None or known[1] is not module or not engine.recording or in_internal():
             return
         try:
-            with capture.internal():  # the statistics below must not reach the API mode
+            with internal():  # the statistics below must not reach the API mode
                 self._record_pre(module, args, known[0])
         except Exception as exc:
             engine.fail(exc)
@@ -124,7 +116,7 @@ class ModuleRecorder:
         # torch calls always_call hooks without kwargs when forward raised
         kwargs, output = rest if len(rest) == 2 else ({}, rest[0])
         known = self._names.get(id(module))
-        if known is None or known[1] is not module or capture.in_internal():
+        if known is None or known[1] is not module or in_internal():
             return
         at = next((i for i in range(len(self.stack) - 1, -1, -1) if self.stack[i].module is module), None)
         if at is None:  # its pre-hook did not record it (called before the step, or while recording was off)
@@ -135,7 +127,7 @@ class ModuleRecorder:
             return
         try:
             if call.selected:
-                with capture.internal():
+                with internal():
                     self._finish(call, kwargs, output, sys._getframe(1))
         except Exception as exc:
             self._engine.fail(exc)
@@ -192,7 +184,7 @@ class ModuleRecorder:
             if not engine.recording:
                 return
             try:
-                with engine.lock, capture.internal():
+                with engine.lock, internal():
                     if side in slot.entry:
                         values[index] = engine.records.describe(grad, f"{slot.name}.{side}.{index}")
                         engine.journal(slot.name, {side: values})
@@ -218,7 +210,7 @@ class ModuleRecorder:
             if not engine.recording or prefix not in self._selected or param.grad is None:
                 return
             try:
-                with engine.lock, capture.internal():
+                with engine.lock, internal():
                     key = (prefix, pname)
                     count = engine.counts.get(key, 0)
                     engine.counts[key] = count + 1
@@ -234,51 +226,3 @@ class ModuleRecorder:
                 engine.fail(exc)
 
         return on_grad
-
-
-class _Detachable:
-    """A per-module hook that pickles as a no-op: ``logging.getLogger(...).debug`` takes any arguments, returns
-    None (so it changes no input or output) and unpickles without ascend_tune."""
-
-    __slots__ = ("_fn",)
-
-    def __init__(self, fn: Callable):
-        self._fn = fn
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self._fn(*args, **kwargs)
-
-    def __reduce__(self) -> tuple:
-        return getattr, (logging.getLogger("ascend_tune.detached_hook"), "debug")
-
-
-def unwrapped(model: Any) -> Any:
-    """The module a ``torch.compile(model)`` wraps (its names are the model's), else ``model``."""
-    inner = getattr(model, "_orig_mod", None)
-    return inner if isinstance(inner, torch.nn.Module) and type(model).__name__ == "OptimizedModule" else model
-
-
-def module_prefixes(models: list) -> dict:
-    """``id(module) -> (prefix, module)`` for the submodules of ``models``, prefix as msprobe names them.
-
-    ``Module.fc1.Linear.`` (``Module.<index>.fc1.Linear.`` when there are several models); the root is left out, as
-    in msprobe, and a compiled model is named by the module it wraps (so its dump pairs with an eager run's). The
-    module is kept beside its id so a freed module whose id is reused is not mistaken for it.
-    """
-    names: dict = {}
-    many = len(models) > 1
-    for index, model in enumerate(models):
-        model = unwrapped(model)
-        for path, module in model.named_modules():
-            if module is model:
-                continue
-            prefix = f"Module.{index}.{path}" if many else f"Module.{path}"
-            names[id(module)] = (f"{prefix}.{type(module).__name__}.", module)
-    return names
-
-
-def backward_name(forward_name: str) -> str:
-    """``Module.fc.Linear.forward.0`` -> ``...backward.0``; ``Functional.linear.0.forward`` -> ``...backward``."""
-    if forward_name.startswith("Module."):
-        return forward_name.replace(".forward.", ".backward.")
-    return forward_name[: -len("forward")] + "backward" if forward_name.endswith(".forward") else forward_name

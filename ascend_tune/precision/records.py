@@ -15,8 +15,8 @@ from typing import Any, Optional
 
 import torch
 
-from .. import capture
 from ..formats.atomic import open_atomic
+from ..recording.frames import internal
 from . import stats
 
 MAX_DEPTH = 32
@@ -102,29 +102,10 @@ class Records:
             record["md5"] = stats.crc32(tensor)
         if self._tensor_dir is not None and tensor.numel() and tensor.device.type != "meta":
             data_name = f"{stem}.pt"
-            with capture.internal(), torch.no_grad(), open_atomic(os.path.join(self._tensor_dir, data_name)) as fh:
+            with internal(), torch.no_grad(), open_atomic(os.path.join(self._tensor_dir, data_name)) as fh:
                 torch.save(tensor.detach().to("cpu", copy=True), fh)  # whole or absent on a full disk
             record["data_name"] = data_name
         return record
-
-
-def tensors_in(value: Any, depth: int = 0) -> list:
-    """The tensors in an argument structure, in order."""
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if depth > MAX_DEPTH or type(value) in _PLAIN or value is None:
-        return []
-    if isinstance(value, dict):
-        value = list(value.values())
-    if isinstance(value, (list, tuple)):
-        out: list = []
-        for item in value:
-            if isinstance(item, torch.Tensor):
-                out.append(item)
-            elif isinstance(item, (list, tuple, dict)):
-                out.extend(tensors_in(item, depth + 1))
-        return out
-    return []
 
 
 def _int_or_none(value: Any) -> Optional[int]:

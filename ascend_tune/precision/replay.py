@@ -16,7 +16,7 @@ When the last of them has run, the call is recomputed on the CPU in float64 with
 arguments changed in place in between, an in-place call, a call with several outputs, or one whose graph reaches
 tensors that are not its arguments is listed as skipped with that reason.
 
-The replay's own tensor work (the copies, the CPU recompute, the measures) runs under ``capture.internal()`` with
+The replay's own tensor work (the copies, the CPU recompute, the measures) runs under ``frames.internal()`` with
 torch function handling off (``torch._C.DisableTorchFunction``): the copies are plain CPU tensors, and a dump's mode
 running beside the replay (``precision=[dump, replay]``) would otherwise be entered, for nothing, by each of those
 ops (measured: the pair cost 1.39x the sum of each alone on the tests' GPT, 1.19x with it off).
@@ -28,11 +28,10 @@ from __future__ import annotations
 
 import os
 from types import FrameType
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
-from .. import capture
 from ..analysis.dumps.model import parse_frame
 from ..analysis.dumps.replay import (
     PASS,
@@ -49,9 +48,10 @@ from ..analysis.dumps.replay import (
 )
 from ..formats.atomic import make_folder, write_atomic, write_json_atomic
 from ..formats.dump_layout import REPLAY_CSV, REPLAY_JSON
+from ..recording.frames import internal, on_behalf
+from ..recording.tensors import tensors_in
 from . import golden
 from .golden import GoldenCopy, Unreplayable
-from .records import tensors_in
 
 GRAPH_LIMIT = 64  # autograd nodes one call's backward may span before it counts as not this call's alone
 
@@ -70,13 +70,15 @@ class StepReplay:
 
     # --- forward ----------------------------------------------------------------------------------------------
 
-    @capture.on_behalf
-    def call(self, name: str, func: Any, args: tuple, kwargs: dict, caller: Optional[FrameType]) -> Any:
-        """Run the device's call (its result is what training continues with) and check it against the CPU."""
+    @on_behalf
+    def call(self, name: str, func: Any, args: tuple, kwargs: dict, caller: Optional[FrameType],
+             run: Callable) -> Any:
+        """Run the device's call with ``run`` (its result is what training continues with) and check ``func``
+        against the CPU."""
         reason: Optional[str] = None
         copies: Optional[tuple] = None
         try:
-            with capture.internal(), torch._C.DisableTorchFunction():
+            with internal(), torch._C.DisableTorchFunction():
                 reason = golden.skip_reason(_base(name), args, kwargs)
                 if reason is None and self._forward:
                     copies = GoldenCopy().call_args(func, args, kwargs)
@@ -84,9 +86,9 @@ class StepReplay:
             reason = str(exc)
         except Exception as exc:
             reason = f"the CPU replay failed: {_error_text(exc)}"
-        out = func(*args, **kwargs)
+        out = run(*args, **kwargs)
         try:
-            with capture.internal(), torch._C.DisableTorchFunction():
+            with internal(), torch._C.DisableTorchFunction():
                 if self._forward:
                     self._forward_row(name, func, kwargs, out, args, copies, reason, caller)
                 copies = None
@@ -210,7 +212,7 @@ class StepReplay:
         watch.done = True
         self._pending.pop(id(watch), None)
         try:
-            with capture.internal(), torch._C.DisableTorchFunction():
+            with internal(), torch._C.DisableTorchFunction():
                 self._backward_row(watch)
         except Exception as exc:
             self._engine.fail(exc)

@@ -26,7 +26,7 @@ from typing import Any, Optional
 
 import torch
 
-from . import catalog
+from ..recording import catalog
 
 TABLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "analysis", "dumps",
                      "api_signatures.json")

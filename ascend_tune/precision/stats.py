@@ -23,7 +23,7 @@ from typing import Optional
 
 import torch
 
-from .. import capture
+from ..recording.frames import internal
 
 _FLOAT, _DOUBLE, _INT, _BOOL = "float", "double", "int", "bool"
 # 0-d tensors: one value each, kept in a type that holds it exactly
@@ -51,7 +51,7 @@ class StatsBuffer:
         """Queue ``tensor``'s statistics; returns a slot for :func:`fill`, or None (nothing to compute).
 
         The caller keeps torch function modes from seeing these reductions (the engine runs them inside its mode
-        handler, where torch has popped the mode, or under ``capture.internal()``); a tensor that requires grad is
+        handler, where torch has popped the mode, or under ``frames.internal()``); a tensor that requires grad is
         detached first, so no graph is built.
         """
         try:
@@ -115,7 +115,7 @@ class StatsBuffer:
     def read(self) -> dict:
         """All queued statistics on the host: ``{group: [values...]}``; one stack and one transfer per group."""
         out = {}
-        with capture.internal(), torch.no_grad():
+        with internal(), torch.no_grad():
             for key, values in self._groups.items():
                 out[key] = torch.stack(values).cpu().tolist()
         self._groups = {}
@@ -128,7 +128,7 @@ def local_shard(tensor: torch.Tensor) -> tuple:
     other tensor as it is, with None."""
     if type(tensor) is torch.Tensor or not any(c.__name__ == "DTensor" for c in type(tensor).__mro__):
         return tensor, None
-    with capture.internal(), torch.no_grad():
+    with internal(), torch.no_grad():
         local = tensor.to_local()
     layout = {
         "global_shape": [int(s) for s in tensor.shape],
@@ -166,6 +166,6 @@ def crc32(tensor: torch.Tensor) -> Optional[str]:
     """CRC-32 of the tensor's raw bytes, as msprobe's ``summary_mode="md5"`` stores it (a host copy: it syncs)."""
     if tensor.numel() == 0 or tensor.device.type == "meta":
         return None
-    with capture.internal(), torch.no_grad():
+    with internal(), torch.no_grad():
         data = tensor.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8)
         return f"{zlib.crc32(data.numpy().tobytes()):08x}"

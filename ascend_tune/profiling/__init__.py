@@ -8,10 +8,15 @@
 - :mod:`.callback`: the monitor's ``profile=`` feature (``build_callback``), with the trace advisor at the end.
 """
 
-from .callback import ProfilerCallback, build_callback
-from .config import AIC_METRICS, ENV_PROFILE, PROFILER_LEVELS, ProfileConfig
-from .retention import TraceRecord
-from .schedule import NullProfiler, StepProfiler, step_profiler
+from ..lazy import lazy_names
 
 __all__ = ["AIC_METRICS", "ENV_PROFILE", "NullProfiler", "PROFILER_LEVELS", "ProfileConfig", "ProfilerCallback",
            "StepProfiler", "TraceRecord", "build_callback", "step_profiler"]
+
+__getattr__, __dir__ = lazy_names(__name__, {
+    "ProfilerCallback": "ascend_tune.profiling.callback", "build_callback": "ascend_tune.profiling.callback",
+    "AIC_METRICS": "ascend_tune.profiling.config", "ENV_PROFILE": "ascend_tune.profiling.config",
+    "PROFILER_LEVELS": "ascend_tune.profiling.config", "ProfileConfig": "ascend_tune.profiling.config",
+    "TraceRecord": "ascend_tune.profiling.retention", "NullProfiler": "ascend_tune.profiling.schedule",
+    "StepProfiler": "ascend_tune.profiling.schedule", "step_profiler": "ascend_tune.profiling.schedule",
+})

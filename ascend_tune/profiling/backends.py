@@ -9,25 +9,38 @@ from __future__ import annotations
 import functools
 import os
 import socket
-from typing import TYPE_CHECKING, Any
+from typing import Any, Callable, Protocol
 
 from ..errors import ConfigError, DeviceError
+from .config import ProfileConfig
 
-if TYPE_CHECKING:
-    from .schedule import StepProfiler
+
+class Session(Protocol):
+    """What a backend needs of the profiler over steps (:class:`~.schedule.StepProfiler` is one): its config, where
+    traces go, and the wrappers its schedule and trace handler pass through. A protocol, so this module does not
+    import the schedule that imports it."""
+
+    config: ProfileConfig
+    rank: int
+    rank_dir: str
+
+    def wrap_schedule(self, inner: Callable, none: Any) -> Callable: ...
+
+    def wrap_trace_handler(self, backend_handler: Callable) -> Callable: ...
+
 
 TORCH = "torch.profiler"
 TORCH_NPU = "torch_npu.profiler"
 
 
-def build(session: StepProfiler, kind: str) -> tuple:
+def build(session: Session, kind: str) -> tuple:
     """``(profiler, backend name)`` for device ``kind`` (``cpu``, ``cuda`` or ``npu``)."""
     if kind == "npu":
         return build_npu(session), TORCH_NPU
     return build_torch(session, kind), TORCH
 
 
-def build_torch(session: StepProfiler, kind: str) -> Any:
+def build_torch(session: Session, kind: str) -> Any:
     """A ``torch.profiler.profile`` on the CPU (and CUDA when ``kind`` is ``cuda``) for ``session``."""
     import torch.profiler as tp
 
@@ -89,7 +102,7 @@ def _own_step_names(base: type) -> type:
     return type(base.__name__, (base,), {"step": step, "__module__": __name__})
 
 
-def build_npu(session: StepProfiler) -> Any:
+def build_npu(session: Session) -> Any:
     """A ``torch_npu.profiler.profile`` on the CPU and the NPU for ``session``, with its experimental config."""
     from ..device import torch_npu_module
 

@@ -3,7 +3,7 @@ records, runs inside a ``record_function`` range named ``formats.trace_names.mod
 
 ``ascend-tune compare-trace`` charges time to these ranges, the part of the model that is the same on every device
 (kernel names are not). They cost two range calls per module forward only while the profiler records; otherwise
-one check of a flag. The hooks are global (``register_module_forward_pre_hook``), so nothing is attached to the
+one check of a flag. The hooks are global (``recording.modules.hook_modules``), so nothing is attached to the
 model itself (``torch.save(model)`` inside the block pickles no hook), and they are removed with the block.
 """
 
@@ -24,7 +24,8 @@ def record_module_scopes(models: tuple, stack: contextlib.ExitStack, before: Opt
     """
     import torch
     from torch.autograd.profiler import record_function
-    from torch.nn.modules import module as module_hooks
+
+    from ..recording.modules import hook_modules
 
     names: dict = {}
     for model in models:
@@ -48,7 +49,7 @@ def record_module_scopes(models: tuple, stack: contextlib.ExitStack, before: Opt
                 return
             open_ranges.setdefault(id(module), []).append(scope)
 
-    def leave(module: Any, args: Any, output: Any) -> None:
+    def leave(module: Any, *args_kwargs_output: Any) -> None:
         scopes = open_ranges.get(id(module))
         if scopes:
             try:
@@ -57,9 +58,4 @@ def record_module_scopes(models: tuple, stack: contextlib.ExitStack, before: Opt
                 pass
 
     stack.callback(open_ranges.clear)
-    stack.callback(module_hooks.register_module_forward_pre_hook(enter).remove)
-    try:  # always_call: the range closes also when the forward raises
-        handle = module_hooks.register_module_forward_hook(leave, always_call=True)
-    except TypeError:  # a torch without always_call on the global hook
-        handle = module_hooks.register_module_forward_hook(leave)
-    stack.callback(handle.remove)
+    hook_modules(stack, enter, leave)  # global hooks (recording.modules), each with its undo on the stack

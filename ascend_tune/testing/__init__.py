@@ -1,14 +1,8 @@
 """What tests here and downstream share: the fake torch_npu, tiny models, and ``assert_loss_aligned``."""
 
-from typing import Any
+from ..lazy import lazy_names
 
 __all__ = ["assert_loss_aligned"]
 
-
-def __getattr__(name: str) -> Any:
-    # lazy: the fakes and models must not pull numpy / the analysis code in with them
-    if name == "assert_loss_aligned":
-        from .alignment import assert_loss_aligned
-
-        return assert_loss_aligned
-    raise AttributeError(f"module 'ascend_tune.testing' has no attribute {name!r}")
+# lazy: the fakes and models must not pull numpy / the analysis code in with them
+__getattr__, __dir__ = lazy_names(__name__, {"assert_loss_aligned": "ascend_tune.testing.alignment"})

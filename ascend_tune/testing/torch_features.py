@@ -3,7 +3,7 @@
 Each ``*_missing()`` returns None when this torch has the feature, else the reason to skip, naming the feature and
 the first torch that has it; the lookups return what to call (found where this torch keeps it) or None. The
 runtime keeps its own checks beside the code that needs them (``capture.grad_scaler_classes``, the profiler's
-step naming, ``capture.global_forward_hook``); these are for tests, here and downstream.
+step naming, ``recording.modules.global_forward_hook``); these are for tests, here and downstream.
 """
 
 from __future__ import annotations
@@ -107,6 +107,6 @@ def sdpa_kernel_missing() -> Optional[str]:
 
 def collectives_in_modes_missing() -> Optional[str]:
     """None when torch.distributed's collectives reach torch function modes (``__torch_function__``, torch 2.7)."""
-    from ..precision.catalog import collectives_unseen
+    from ..recording.catalog import collectives_unseen
 
     return collectives_unseen()

@@ -13,21 +13,23 @@ and devices).
 from __future__ import annotations
 
 import inspect
-import time
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import torch
 
-from .. import capture, device
+from .optimizer_probe import (
+    FOR_LOOP,
+    FOREACH,
+    FUSED,
+    MEASURE_MAX_ELEMENTS,
+    VARIANT_FLAGS,
+    init_params,
+    measure_variants,
+    probe_variant,
+)
 
-FOR_LOOP, FOREACH, FUSED = "for-loop", "foreach", "fused"
-VARIANT_FLAGS = {
-    FOR_LOOP: {"foreach": False, "fused": False},
-    FOREACH: {"foreach": True, "fused": False},
-    FUSED: {"foreach": False, "fused": True},
-}
 FLAG_KEYS = ("foreach", "fused")
 
 # torch_npu documents torch's own fused=True only for AdamW (docs/zh/api/native_api/pytorch_2-11-0/torch-optim.md).
@@ -41,16 +43,6 @@ NPU_FUSED_CLASSES = {
     "RMSprop": "NpuFusedRMSprop",
 }
 NPU_FUSED_DTYPES = (torch.float32, torch.float16)
-
-# Timing on clones costs a copy of the parameters and a few steps of each variant, once per run: it is done when
-# the copy is small (16 MB of fp32), and each variant gets a share of the budget. Small sets get up to ten timed
-# steps per variant, whose best is robust to a busy machine; every variant gets at least three, so one step that
-# another process slowed down (the reported gain reads these) is never the only one.
-MEASURE_MAX_ELEMENTS = 4_000_000
-MEASURE_BUDGET_S = 0.03
-MEASURE_MIN_STEPS = 3
-MEASURE_MAX_STEPS = 10
-
 
 @dataclass(frozen=True)
 class Plan:
@@ -113,14 +105,14 @@ class _Planner:
         why_not = self._why_not_measured()
         if why_not is not None:
             return None, why_not
-        measured, failed = _measure(self.optimizer, list(dict.fromkeys(variants)), self.keys)
+        measured, failed = measure_variants(self.optimizer, list(dict.fromkeys(variants)), self.keys)
         self.refused.update({v: r for v, r in failed.items() if v not in self.refused})
         return ({v: round(t * 1e3, 4) for v, t in measured.items()} or None), (None if measured else "it failed")
 
     def _plan_cpu(self) -> Plan:
         why_not = self._why_not_measured()
         if why_not is None:
-            measured, failed = _measure(self.optimizer, self._candidates(), self.keys)
+            measured, failed = measure_variants(self.optimizer, self._candidates(), self.keys)
             self.refused.update(failed)
             if measured:
                 best = min(measured, key=measured.get)
@@ -191,7 +183,7 @@ class _Planner:
     def _legal(self, variant: str) -> bool:
         reason = self._static_refusal(variant)
         if reason is None:
-            reason = _probe(self.optimizer, {k: v for k, v in VARIANT_FLAGS[variant].items() if k in self.keys})
+            reason = probe_variant(self.optimizer, {k: v for k, v in VARIANT_FLAGS[variant].items() if k in self.keys})
         if reason is not None:
             self.refused[variant] = reason
         return reason is None
@@ -306,21 +298,13 @@ def _param_names(models: tuple) -> dict:
     return {id(p): name for model in _modules(models) for name, p in model.named_parameters()}
 
 
-def _init_params(cls: type) -> Optional[set]:
-    """The keyword parameters of ``cls.__init__`` besides ``params`` (None when it takes ``**kwargs``)."""
-    params = inspect.signature(cls.__init__).parameters
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return None
-    return {n for n in params if n not in ("self", "params")}
-
-
 def _npu_hyper_names(npu_class: type) -> list:
-    return sorted(_init_params(npu_class) or ())
+    return sorted(init_params(npu_class) or ())
 
 
 def _hyper_refusal(optimizer: torch.optim.Optimizer, npu_class: type) -> Optional[str]:
     """Why the NpuFused class cannot run these param groups: an option it lacks set away from torch's default."""
-    takes = _init_params(npu_class) or set()
+    takes = init_params(npu_class) or set()
     torch_defaults = {
         n: p.default for n, p in inspect.signature(type(optimizer).__init__).parameters.items()
         if p.default is not inspect.Parameter.empty
@@ -341,93 +325,6 @@ def _hyper_refusal(optimizer: torch.optim.Optimizer, npu_class: type) -> Optiona
 
 def npu_template(optimizer: torch.optim.Optimizer, npu_class: type) -> torch.optim.Optimizer:
     """An NpuFused optimizer over the same params and hyper-parameters; its constructor validates them."""
-    takes = _init_params(npu_class) or set()
+    takes = init_params(npu_class) or set()
     groups = [{**{k: v for k, v in g.items() if k in takes}, "params": g["params"]} for g in optimizer.param_groups]
     return npu_class(groups, **{k: v for k, v in groups[0].items() if k != "params"})
-
-
-# --- probing and timing -------------------------------------------------------------------------------------------
-
-
-def _build_like(optimizer: torch.optim.Optimizer, params_by_group: list, flags: dict) -> torch.optim.Optimizer:
-    """An optimizer of the user's class and hyper-parameters with ``flags``, over other tensors."""
-    accepted = _init_params(type(optimizer))
-    groups = []
-    for group, params in zip(optimizer.param_groups, params_by_group):
-        hyper = {k: v for k, v in group.items() if k != "params" and (accepted is None or k in accepted)}
-        groups.append({**hyper, **flags, "params": params})
-    # the constructor's own checks (fused with differentiable, Tensor lr with foreach, ...) read its arguments
-    return type(optimizer)(groups, **{k: v for k, v in groups[0].items() if k != "params"})
-
-
-def _unhooked_step(optimizer: torch.optim.Optimizer) -> Callable[[], Any]:
-    """``optimizer.step`` without torch's hook wrapper: a probe must not look like a training step to any hook."""
-    step = type(optimizer).step
-    if getattr(step, "hooked", False):
-        step = getattr(step, "__wrapped__", step)
-    return lambda: step(optimizer)
-
-
-def _probe_tensor(like: torch.Tensor) -> torch.Tensor:
-    t = torch.zeros(4, dtype=like.dtype, device=like.device)
-    mesh = getattr(like, "device_mesh", None)
-    if mesh is not None and hasattr(like, "placements"):  # a DTensor (FSDP2, tensor parallel): probe one like it
-        # the parameter's own class: torch.distributed.tensor.DTensor from torch 2.5, torch.distributed._tensor before
-        t = type(like).from_local(t, mesh, like.placements, run_check=False)  # no collective
-    t.grad = torch.full_like(t, 1e-3)
-    return t
-
-
-def _probe(optimizer: torch.optim.Optimizer, flags: dict) -> Optional[str]:
-    """Why ``flags`` cannot run here, found by one step on a tiny tensor per dtype and device; None when it runs."""
-    params_by_group = []
-    for group in optimizer.param_groups:
-        kinds = {(p.dtype, p.device): p for p in group["params"]}
-        params_by_group.append([_probe_tensor(p) for p in kinds.values()])
-    try:
-        with capture.internal():
-            _unhooked_step(_build_like(optimizer, params_by_group, flags))()
-    except Exception as exc:  # torch raises RuntimeError / ValueError / TypeError for unsupported combinations
-        return f"{type(exc).__name__}: {exc}".splitlines()[0]
-    return None
-
-
-def _measure(optimizer: torch.optim.Optimizer, variants: list, keys: list) -> tuple[dict, dict]:
-    """Seconds per step of each variant on clones of the parameters (the best of its timed steps), and why any
-    variant failed.
-
-    Each variant runs its steps back to back, as training does: interleaving them would let the thread pool of a
-    multi-threaded fused kernel go cold between its steps and time the wake-up instead of the kernel. A variant
-    stops after its share of the budget (at least ``MEASURE_MIN_STEPS`` timed steps). The user's parameters,
-    gradients, state and random generator are untouched: clones get constant gradients.
-    """
-    clones = []
-    for group in optimizer.param_groups:
-        row = []
-        for p in group["params"]:
-            c = p.detach().clone()
-            c.grad = torch.full_like(c, 1e-3)
-            row.append(c)
-        clones.append(row)
-    best, failed = {}, {}
-    share = MEASURE_BUDGET_S / len(variants)
-    kind = clones[0][0].device.type if clones and clones[0] else "cpu"
-    sync = (lambda: device.synchronize(kind)) if kind != "cpu" else (lambda: None)  # before training: allowed
-    with capture.internal():
-        for variant in variants:
-            flags = {k: v for k, v in VARIANT_FLAGS[variant].items() if k in keys}
-            try:
-                step = _unhooked_step(_build_like(optimizer, clones, flags))
-                step()  # allocates the state (and may start the thread pool): the variant's probe, not timed
-            except Exception as exc:
-                failed[variant] = f"{type(exc).__name__}: {exc}".splitlines()[0]
-                continue
-            times: list = []
-            while len(times) < MEASURE_MAX_STEPS and (len(times) < MEASURE_MIN_STEPS or sum(times) < share):
-                sync()
-                t0 = time.perf_counter()
-                step()
-                sync()
-                times.append(time.perf_counter() - t0)
-            best[variant] = min(times)
-    return best, failed

@@ -30,7 +30,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from .. import capture
+from ..recording.frames import internal
 from . import optimizer_choice
 from .optimizer_choice import VARIANT_FLAGS, flags_of, npu_template, scheduler_mark, variant_of
 
@@ -325,7 +325,7 @@ def _swap_class(stack: contextlib.ExitStack, optimizer: torch.optim.Optimizer, n
             grad = p.grad
             if grad is view:
                 continue
-            with torch.no_grad(), capture.internal():
+            with torch.no_grad(), internal():
                 if grad is None:
                     view.zero_()
                 else:

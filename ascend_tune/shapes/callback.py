@@ -2,10 +2,10 @@
 
 On an NPU an operator is compiled for the shapes it is called with (online compilation, ``jit_compile=True``), so
 an op whose shapes keep changing recompiles step after step. Over the block's first ``steps`` steps (default 20)
-the detector sees every listed torch API call and every submodule call of the model through the precision engine's
-capture (its ``ApiMode``, API catalog and names, user call stacks and module names) and keeps each call's input and
-output tensor shapes. Then it removes everything it installed, so the steps after run with nothing hooked, and
-writes ``shapes.csv`` (:mod:`.shapes_report`).
+the detector sees every listed torch API call and every submodule call of the model through the recording layer
+(:mod:`ascend_tune.recording`: its mode, API catalog and names, user call stacks and module names) and keeps each
+call's input and output tensor shapes. Then it removes everything it installed, so the steps after run with nothing
+hooked, and writes ``shapes.csv`` (:mod:`ascend_tune.formats.shapes_csv`).
 
 - An op is one row across steps: its name without the per-step call counter plus its user call stack, so the same
   op called from the same place with different shapes is one row with a range.
@@ -14,14 +14,14 @@ writes ``shapes.csv`` (:mod:`.shapes_report`).
   signatures, but the same ones every step: an NPU compiles each once, so it is no dynamic op.
 - Only dynamic ops are written, as the NPU toolkit's report lists only those; a run with fixed shapes writes the
   header alone. A warning (``ctx.warn``) names them with the fix.
-- The monitor's own tensor work (``capture.internal()``) and the loader fetching and collating a batch (a user
+- The monitor's own tensor work (``recording.frames.internal()``) and the loader fetching and collating a batch (a user
   ``collate_fn`` included) are not recorded.
 - Under ``torch.compile`` (a compiled model, or compiled code run, when a watched step begins) the watched steps run
   eager (``torch.compiler.set_stance("force_eager")``) so dynamo never traces the detector, and there is no global
   module hook (it would make every ``OptimizedModule`` call warn): the report lists API calls only.
-- With ``precision=`` on the same steps: the builtin dump runs alongside (its mode sits above this one and records
-  its statistics as internal work); msprobe and ptdbg compute their statistics with ordinary torch calls this
-  detector would count as the model's, so that combination is refused.
+- With ``precision=`` on the same steps: the builtin dump runs alongside (it sees each call first, through the same
+  mode, and records its statistics as internal work); msprobe and ptdbg compute their statistics with ordinary
+  torch calls this detector would count as the model's, so that combination is refused.
 """
 
 from __future__ import annotations
@@ -31,52 +31,32 @@ import logging
 import os
 import sys
 import weakref
-from dataclasses import dataclass
 from types import FrameType
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from .. import capture
 from ..callbacks import Callback
-from ..config import FeatureConfig
-from ..errors import ConfigError
 from ..formats.run_dir import SHAPES_CSV
-from ..precision import catalog, stacks
-from ..precision.callback import parts_of
-from ..precision.engine import ApiMode
-from ..precision.modules import module_prefixes
-from ..precision.records import tensors_in
-from .shapes_report import ShapeRow, csv_bytes, shape_range, warning_text
+from ..formats.shapes_csv import ShapeRow, csv_bytes, shape_range, warning_text
+from ..recording import catalog
+from ..recording.compile import compile_in_use, run_eager
+from ..recording.frames import in_internal, internal, on_behalf
+from ..recording.modules import global_forward_hook, module_prefixes
+from ..recording.subscribe import removal_pending, retry_removal, subscribe
+from ..recording.tensors import tensors_in
+from .config import ShapesConfig
+from .watch import Op, refuse_foreign_dumps, shapes_of, user_stack
 
 if TYPE_CHECKING:
     from ..context import RunContext
 
-__all__ = ["ENV_SHAPES", "ShapesCallback", "ShapesConfig", "build_shapes_callback"]
+__all__ = ["ShapesCallback", "build_callback"]
 
-ENV_SHAPES = "ASCEND_TUNE_SHAPES"
 logger = logging.getLogger("ascend_tune")
-# the frames of the builtin dump's mode: a call reaches this detector's mode from inside them when both are on
 # detectors with something installed; a DataLoader worker forked meanwhile drops what it inherited (below)
 _installed: weakref.WeakSet = weakref.WeakSet()
 
 
-@dataclass(frozen=True)
-class ShapesConfig(FeatureConfig):
-    """What the dynamic-shape detector watches (``ASCEND_TUNE_SHAPES``: ``1``, ``0`` or ``steps=N``).
-
-    steps: how many steps, from the block's first, to watch (each op's shapes are compared across them).
-    """
-
-    OPTION = "shapes"
-    ENV = ENV_SHAPES
-    EXAMPLE = "steps=N"
-
-    steps: int = 20
-
-    def __post_init__(self) -> None:
-        self.check_int("steps", 1)
-
-
-def build_shapes_callback(value: Any, ctx: RunContext) -> Optional[ShapesCallback]:
+def build_callback(value: Any, ctx: RunContext) -> Optional[ShapesCallback]:
     """The monitor's factory for ``shapes=``: a callback, or None when off (or when this rank writes no report).
 
     ``value`` None (the option not given) reads ``ASCEND_TUNE_SHAPES``; unset or ``0`` is off.
@@ -89,25 +69,6 @@ def build_shapes_callback(value: Any, ctx: RunContext) -> Optional[ShapesCallbac
     return ShapesCallback(config)
 
 
-class _Op:
-    """One op (name + user call stack): its shape signatures and the step each was first seen in."""
-
-    __slots__ = ("name", "stack", "first_step", "signatures")
-
-    def __init__(self, name: str, stack: tuple, step: int):
-        self.name = name
-        self.stack = stack
-        self.first_step = step
-        self.signatures: dict = {}
-
-    def new_steps(self) -> list:
-        return sorted({s for s in self.signatures.values() if s > self.first_step})
-
-    @property
-    def dynamic(self) -> bool:
-        return len(self.signatures) > 1 and bool(self.new_steps())
-
-
 class ShapesCallback(Callback):
     """Watches the first ``config.steps`` steps, then removes itself and writes shapes.csv (module docstring)."""
 
@@ -117,10 +78,8 @@ class ShapesCallback(Callback):
         self.config = config
         self.recording = False
         self._undo: Optional[contextlib.ExitStack] = None
-        self._mode: Optional[ApiMode] = None
         self._module_hook: Any = None
         self._eager = False  # compiled code runs eagerly while the detector watches
-        self._removal = capture.ModeRemoval()  # takes the mode off, later if torch holds it aside (see _take_off)
         self._finished = False
         self._ops: dict = {}
         self._names: dict = {}
@@ -134,21 +93,21 @@ class ShapesCallback(Callback):
     # --- the step clock -------------------------------------------------------------------------------------------
 
     def on_enter(self, ctx: RunContext, stack: contextlib.ExitStack) -> None:
-        """Install the mode and module hook now, before any dump's mode, so the dump's sits above it."""
+        """Subscribe now, before any dump, so a dump subscribed later sees each call first (as it did when each had
+        its own mode, the dump's above)."""
         self._ctx = ctx
         self._first = ctx.start_step
         self._last = ctx.start_step + self.config.steps - 1
-        _refuse_foreign_dumps(ctx, self._first, self._last)
+        refuse_foreign_dumps(ctx, self._first, self._last)
         self._path = ctx.run_dir.shapes_csv if ctx.rank == 0 else ctx.run_dir.rank_path(ctx.rank, SHAPES_CSV)
         self._names = module_prefixes(list(ctx.models))
         stack.callback(self._remove)  # the undo travels with the block whatever happens next
         undo = contextlib.ExitStack()
         self._undo = undo
-        if self._names and not capture.compile_in_use(ctx.models):
-            self._module_hook = capture.global_forward_hook(self._on_module)
+        if self._names and not compile_in_use(ctx.models):
+            self._module_hook = global_forward_hook(self._on_module)
             undo.callback(self._module_hook.remove)
-        self._mode = ApiMode(self)
-        self._mode.__enter__()
+        subscribe(undo, self)
         _installed.add(self)
 
     def on_step_begin(self, ctx: RunContext, step: int) -> None:
@@ -172,58 +131,59 @@ class ShapesCallback(Callback):
         return {"steps": steps, "ops": len(self._ops), "dynamic": self._dynamic, "path": self._path,
                 "error": self._error}
 
-    # --- capture (called by ApiMode and the module hook) ------------------------------------------------------------
+    # --- recording (called by the recording layer's mode and the module hook) ------------------------------------
 
-    @capture.on_behalf
-    def call_api(self, func: Any, api: tuple, args: tuple, kwargs: dict, caller: Optional[FrameType]) -> Any:
-        """Run one listed API call and keep its shapes (the ``ApiMode`` recorder interface)."""
+    @on_behalf
+    def call_api(self, func: Any, api: tuple, args: tuple, kwargs: dict, caller: Optional[FrameType],
+                 run: Callable) -> Any:
+        """Run one listed API call and keep its shapes (a :class:`~..recording.subscribe.Subscriber`)."""
         if not self.recording:
-            return func(*args, **kwargs)
+            return run(*args, **kwargs)
         try:
-            with capture.internal():
-                stack = _user_stack(caller)
+            with internal():
+                stack = user_stack(caller)
                 if stack is not None:
                     name = catalog.base_name(api, caller)
-                    inputs = _shapes(tensors_in(args) + tensors_in(kwargs))
+                    inputs = shapes_of(tensors_in(args) + tensors_in(kwargs))
         except Exception as exc:
             self._fail(exc)
             stack = None
         if stack is None:
-            return func(*args, **kwargs)
-        out = func(*args, **kwargs)
+            return run(*args, **kwargs)
+        out = run(*args, **kwargs)
         if self.recording:
             try:
-                with capture.internal():
-                    self._record(name, stack, inputs, _shapes(tensors_in(out)))
+                with internal():
+                    self._record(name, stack, inputs, shapes_of(tensors_in(out)))
             except Exception as exc:
                 self._fail(exc)
         return out
 
     def _on_module(self, module: Any, args: tuple, kwargs: dict, output: Any) -> None:
         known = self._names.get(id(module))
-        if known is None or known[1] is not module or not self.recording or capture.in_internal():
+        if known is None or known[1] is not module or not self.recording or in_internal():
             return
         try:
-            with capture.internal():
-                stack = _user_stack(sys._getframe(1))
+            with internal():
+                stack = user_stack(sys._getframe(1))
                 if stack is not None:
-                    inputs = _shapes(tensors_in(args) + tensors_in(kwargs))
-                    self._record(known[0] + "forward", stack, inputs, _shapes(tensors_in(output)))
+                    inputs = shapes_of(tensors_in(args) + tensors_in(kwargs))
+                    self._record(known[0] + "forward", stack, inputs, shapes_of(tensors_in(output)))
         except Exception as exc:
             self._fail(exc)
 
     def _record(self, name: str, stack: tuple, inputs: tuple, outputs: tuple) -> None:
         op = self._ops.get((name, stack))
         if op is None:
-            op = self._ops[(name, stack)] = _Op(name, stack, self._step)
+            op = self._ops[(name, stack)] = Op(name, stack, self._step)
         op.signatures.setdefault((inputs, outputs), self._step)
         self._steps_seen.add(self._step)
 
     def _keep_out_of_compile(self) -> None:
         """Once torch.compile is in use: watched steps run eager and the global module hook goes."""
-        if self._eager or self._undo is None or not capture.compile_in_use(self._ctx.models):
+        if self._eager or self._undo is None or not compile_in_use(self._ctx.models):
             return
-        self._eager = capture.run_eager(self._undo, self._ctx.models)
+        self._eager = run_eager(self._undo, self._ctx.models)
         if self._module_hook is not None:
             self._module_hook.remove()
             self._module_hook = None
@@ -244,14 +204,10 @@ class ShapesCallback(Callback):
         self._take_off()
 
     def _take_off(self) -> None:
-        """Take the mode off torch's function-mode stack, now or at the first chance (``capture.ModeRemoval``):
-        a step that ends inside ``loss.backward()`` (no optimizer) runs while torch holds the mode aside."""
-        if self._mode is not None:
-            self._removal.remove(self._mode)
-            self._mode = None
-        else:
-            self._removal.retry()
-        if not self._removal.pending:
+        """Take the mode off torch's function-mode stack, now or at the first chance (``recording.subscribe``): a
+        step that ends inside ``loss.backward()`` (no optimizer) runs while torch holds the mode aside."""
+        retry_removal()
+        if not removal_pending():
             _installed.discard(self)
 
     def _finish(self) -> None:
@@ -274,7 +230,7 @@ class ShapesCallback(Callback):
             return
         ctx.warn(warning_text(rows, steps, self._path))
 
-    def _row(self, op: _Op) -> ShapeRow:
+    def _row(self, op: Op) -> ShapeRow:
         frames = op.stack
         file, line = (frames[0][0], str(frames[0][1])) if frames else ("", "")
         signatures = list(op.signatures)
@@ -283,30 +239,6 @@ class ShapesCallback(Callback):
             input_range=shape_range([s[0] for s in signatures]), output_range=shape_range([s[1] for s in signatures]),
             distinct=len(signatures), new_steps=tuple(op.new_steps()),
         )
-
-
-def _user_stack(frame: Optional[FrameType]) -> Optional[tuple]:
-    """The user frames from ``frame`` out, innermost first, as ``(file, line, function)``; None for a call inside
-    torch.utils.data.
-
-    Frames are told apart as the precision dumps' stacks do (:func:`~ascend_tune.precision.stacks.file_kind`). A
-    call within a batch being fetched or collated is left out even from a user ``collate_fn`` (the dump engine
-    records those): per-batch padding is host work, and the model's ops show its result.
-    """
-    key = []
-    while frame is not None:
-        code = frame.f_code
-        kind = stacks.file_kind(code.co_filename)
-        if kind == stacks.USER:
-            key.append((code.co_filename, frame.f_lineno, code.co_name))
-        elif kind == stacks.DATA:
-            return None
-        frame = frame.f_back
-    return tuple(key)
-
-
-def _shapes(tensors: list) -> tuple:
-    return tuple(tuple(int(d) for d in t.shape) for t in tensors)
 
 
 def _forget_in_child() -> None:
@@ -319,15 +251,3 @@ def _forget_in_child() -> None:
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_in_child)
 
-
-def _refuse_foreign_dumps(ctx: RunContext, first: int, last: int) -> None:
-    """msprobe / ptdbg dumping on a watched step would have their statistics counted as the model's ops."""
-    for dump in parts_of(ctx.feature("precision")):  # every feature is built before any on_enter runs
-        overlap = [s for s in range(first, last + 1) if dump.config.selects_step(s)]
-        if dump.backend_name != "builtin" and overlap:
-            shorter = f", or shapes=dict(steps={overlap[0] - first})" if overlap[0] > first else ""
-            raise ConfigError(
-                f"shapes= watches steps {first}-{last} and precision= dumps step {overlap[0]} with the "
-                f"{dump.backend_name} backend, whose statistics would be counted as the model's ops; pass "
-                f"precision=dict(backend='builtin', ...) or dump steps after {last}{shorter}"
-            )
