@@ -11,7 +11,7 @@ combined, and never under ``NOISE_FLOOR`` of the base step. Not the standard err
 machine the load changes between two runs, and their medians drift apart by as much as single steps scatter
 within one run (measured on the loaded 2-core test machine: identical code, medians 20-50% apart). A gap is
 real only beyond the noise; a row is a contributor only when the gap is real and the row's delta is beyond its own
-noise (the same rule over the row's per-step values).
+noise (the same rule over the row's per-step values, at most the step's noise).
 """
 
 from __future__ import annotations
@@ -170,8 +170,9 @@ def compare_sides(base: RunSide, target: RunSide, next_action: str = "", notes: 
             if level == "kind" or name in OUTSIDE_LABEL.values() or (
                     level == "module" and "none" in (base.scopes, target.scopes)):
                 only = ""  # a kind is a category; a module is missing from a trace that has no module scopes
-            row_noise = _noise(base.per_step[level].get(name, ()), target.per_step[level].get(name, ()),
-                               base.median_ms)
+            # a row is never noisier than the step it is part of (a read-back loop's time swings with the load)
+            row_noise = min(_noise(base.per_step[level].get(name, ()), target.per_step[level].get(name, ()),
+                                   base.median_ms), noise)
             level_rows.append(Row(level, name, b, t, t - b, (t - b) / gap if gap else None, only,
                                   real and abs(t - b) > row_noise))
         level_rows.sort(key=lambda r: (-r.delta_ms, r.name))
