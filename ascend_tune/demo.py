@@ -18,8 +18,9 @@ from .formats.run_dir import RunDir
 from .monitor import TrainingMonitor
 from .testing.models import MobileNetV1, synthetic_images
 
-# Two traced steps after the first few, so the demo shows a trace and still runs in seconds.
-DEMO_PROFILE = {"skip_first": 5, "wait": 1, "warmup": 1, "active": 2, "repeat": 1, "advise": True}
+# Three traced steps after the first few, so the demo shows a trace (and compare-trace a spread of step times) and
+# still runs in seconds. Both runs are profiled alike; the target's traces are also advised on.
+DEMO_PROFILE = {"skip_first": 5, "wait": 1, "warmup": 1, "active": 3, "repeat": 1, "advise": True}
 
 
 # The precision dump of the first step in both runs: the alignment page compares them op by op.
@@ -57,12 +58,14 @@ def run_demo(
         steps: optimizer steps of each run.
         batch_size, seed: the data; both runs see the same batches from the same initial weights.
         quiet: no log lines on the console.
-        profile: the target's ``profile=`` option (default: steps 7 and 8 traced and advised on; None / False:
-            no trace).
+        profile: both runs' ``profile=`` option (default: steps 7 to 9 traced, the target's advised on; None /
+            False: no trace); the page's "Where the time goes" compares the two runs' traces.
     """
     reference = os.path.join(out, "reference")
     target = os.path.join(out, "target")
-    _train(reference, steps, batch_size, seed, quiet, profile=False, dtype=None, precision=DEMO_DUMP)
+    reference_profile = {**profile, "advise": False} if isinstance(profile, dict) else profile
+    _train(reference, steps, batch_size, seed, quiet, profile=reference_profile or False, dtype=None,
+           precision=DEMO_DUMP)
     _train(target, steps, batch_size, seed, quiet, profile=profile or False, dtype=torch.bfloat16,
            precision=[DEMO_DUMP, DEMO_REPLAY])
 

@@ -17,9 +17,11 @@ from ascend_tune import TrainingMonitor
 from ascend_tune.cli import main
 from ascend_tune.testing.models import TinyMLP, synthetic_classification
 
-SECTIONS = ("Verdict", "Run", "Loss against the baseline", "Throughput", "First divergence (precision dumps)",
+SECTIONS = ("Verdict", "Run", "Loss against the baseline", "Throughput", "Where the time goes",
+            "First divergence (precision dumps)",
             "Profiler traces and advice", "Tuning", "Dynamic shapes", "Precision dumps", "Replay on the CPU in float64")
 DUMP = dict(task="statistics", level="mix", steps=[0])
+PROFILE = dict(skip_first=2, wait=0, warmup=1, active=4, repeat=1)  # both runs: the page compares their traces
 
 
 class Page(HTMLParser):
@@ -47,14 +49,14 @@ class Page(HTMLParser):
         self.text.append(data)
 
 
-def run(log_dir, dtype=None, steps=14, precision=DUMP, lr=0.05):
+def run(log_dir, dtype=None, steps=14, precision=DUMP, lr=0.05, profile=PROFILE):
     """A tiny run with step 0 dumped; ``dtype``: compute the forward in it (CPU autocast)."""
     torch.manual_seed(0)
     model = TinyMLP()
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     x, y = synthetic_classification(n=8 * steps).tensors
     with TrainingMonitor(model, optimizer, log_dir=log_dir, quiet=True, warmup_steps=2, tune=False,
-                         precision=precision):
+                         precision=precision, profile=profile):
         for i in range(steps):
             with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
                 loss = F.cross_entropy(model(x[i * 8:(i + 1) * 8]), y[i * 8:(i + 1) * 8])
@@ -90,6 +92,9 @@ def test_the_page_has_every_section_and_a_next_step(page):
     assert "aligned: mean relative gap" in text and "no kernel computes wrongly at the replayed steps: nothing" in text
     md = out.with_suffix(".md").read_text()
     assert "## Verdict" in md and "| reference |" in md
+    # where the time goes: the two runs' traces compared, a table of modules (the monitor's scopes), the top line
+    assert "## Where the time goes" in md and "| module | reference ms |" in md and "| unattributed |" in md
+    assert "Top contributor:" in md or "No contributor beyond noise." in md
 
 
 def test_a_loss_gap_that_no_kernel_explains_points_at_the_dtype(page, tmp_path):
@@ -109,7 +114,7 @@ def test_each_image_decodes_and_each_link_resolves(page):
     from matplotlib.image import imread
 
     root, out, parsed = page
-    assert len(parsed.images) == 3  # loss curves, loss gap, steps/sec of both runs
+    assert len(parsed.images) == 4  # loss curves, loss gap, steps/sec of both runs, time by kind
     for src in parsed.images:
         assert src.startswith("data:image/png;base64,")
         pixels = imread(io.BytesIO(base64.b64decode(src.split(",", 1)[1])), format="png")
@@ -148,4 +153,4 @@ def test_the_page_loads_in_a_headless_browser_with_no_console_error(page, tmp_pa
     assert console == []
     for section in SECTIONS:
         assert f"<h2>{section}</h2>" in done.stdout.replace("&amp;", "&")
-    assert done.stdout.count("<img") == 3
+    assert done.stdout.count("<img") == 4

@@ -20,6 +20,9 @@ import tempfile
 from importlib import metadata
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# extra -> packages installed with --no-deps after it: their wheels require what they never import (jupyterlab);
+# the extra itself lists what they do import
+NO_DEPS = {"hta": ("holistictraceanalysis==0.5.0",)}
 
 
 def torch_version() -> str:
@@ -69,6 +72,12 @@ def main(argv: list) -> int:
                 if one.returncode != 0:
                     print(f"ascend_tune: skipping the '{extra}' extra: it cannot be installed next to torch {before} "
                           f"({_reason(one)}); the tests that need it skip", file=sys.stderr)
+        for extra in extras:
+            for spec in NO_DEPS.get(extra, ()):
+                one = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", spec],
+                                     cwd=ROOT, capture_output=True, text=True)
+                if one.returncode != 0:
+                    print(f"ascend_tune: skipping {spec} of the '{extra}' extra ({_reason(one)})", file=sys.stderr)
     finally:
         os.unlink(pins)
     after = torch_version()

@@ -23,3 +23,19 @@ def read_back_steps(name: str) -> Optional[int]:
         return None
     tail = name[len(READ_BACK) + 1:]
     return int(tail) if tail.isdigit() else None
+
+
+# Module scopes: while the monitor's profiler records, each forward of a module of the monitored model runs inside a
+# record_function range named MODULE_SCOPE#<path> (``transformer.h.1.mlp``; the root module's path is its class
+# name), so `ascend-tune compare-trace` can charge time to the part of the model, the same on every device.
+MODULE_SCOPE = "ascend_tune.module"
+
+
+def module_scope_name(path: str) -> str:
+    """The annotation of one forward of the module at ``path``."""
+    return f"{MODULE_SCOPE}#{path}"
+
+
+def module_scope_path(name: str) -> Optional[str]:
+    """The module path of a module-scope annotation; None when ``name`` is not one."""
+    return name[len(MODULE_SCOPE) + 1:] if name.startswith(MODULE_SCOPE + "#") else None

@@ -48,6 +48,10 @@ class ProfilerCallback(Callback):
         # Registered right after a successful start, so a failure later in __enter__ still stops the profiler.
         stack.callback(self.session.stop)
         stack.callback(self._drop_boundary)
+        if self.config.module_scopes:
+            from .module_scopes import record_module_scopes
+
+            record_module_scopes(ctx.models, stack, before=self._place_boundary)
 
     def on_step_end(self, ctx: RunContext, step: int) -> None:
         self._place_boundary()  # a step with no module forward since the previous one

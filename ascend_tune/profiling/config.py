@@ -35,6 +35,8 @@ class ProfileConfig(FeatureConfig):
     the two names are attributes of ``torch_npu.profiler.AiCMetrics`` / ``ProfilerLevel``.
     advise: at the end of the block, run the trace advisor on this rank's traces and write ``advice.html`` beside
     them (findings also go to the log and ``summary.json``).
+    module_scopes: while the profiler records, each forward of a module of the monitored model runs inside an
+    ``ascend_tune.module#<path>`` range, so ``ascend-tune compare-trace`` can say which module got slower.
 
     ``from_any`` / ``from_text`` (:class:`~ascend_tune.config.FeatureConfig`) read the option and the
     ``ASCEND_TUNE_PROFILE`` text (``"1"``, ``"0"`` or ``"wait=1,warmup=1,active=2,repeat=1,skip_first=5"``).
@@ -62,12 +64,13 @@ class ProfileConfig(FeatureConfig):
     l2_cache: bool = False
     data_simplification: bool = False
     advise: bool = False
+    module_scopes: bool = True
 
     def __post_init__(self) -> None:
         for name, minimum in (("wait", 0), ("warmup", 0), ("active", 1), ("repeat", 0), ("skip_first", 0)):
             self.check_int(name, minimum)
         self.check_bool("record_shapes", "profile_memory", "with_stack", "with_modules", "gzip", "l2_cache",
-                        "data_simplification", "advise")
+                        "data_simplification", "advise", "module_scopes")
         if self.out_dir is not None:
             if not isinstance(self.out_dir, (str, os.PathLike)) or not os.fspath(self.out_dir):
                 raise ConfigError(f"profile option out_dir must be a folder path, got {self.out_dir!r}")

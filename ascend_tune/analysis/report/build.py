@@ -47,6 +47,7 @@ class RunReport:
     alignment: Optional[Alignment] = None  # the reference's side, with a baseline
     replays: tuple = field(default=())  # analysis.dumps.replay.ReplayReport, by step then rank
     ranks: Any = None  # .ranks.RanksReport of a multi-rank run
+    trace_comparison: Any = None  # analysis.trace_compare.compare.TraceComparison: the baseline's traces vs the run's
 
     @property
     def linked_steps(self) -> set:
@@ -106,6 +107,11 @@ def build_report(run: str, baseline: Optional[str] = None, threshold: float = 0.
             advice = advise_traces(os.path.join(run, "profile"))
         except InputError as exc:
             notes.append(f"the advisor could not read the traces: {exc}")
+    trace_comparison = None
+    if baseline and traces:
+        from .time_section import compare_runs
+
+        trace_comparison = compare_runs(run, baseline, notes)
     dump_dir = os.path.join(run, "dump")
     dump_steps, overflows = _dumps(dump_dir) if os.path.isdir(dump_dir) else ((), ())
     replays = _replays(dump_dir, notes) if dump_steps else ()
@@ -114,7 +120,7 @@ def build_report(run: str, baseline: Optional[str] = None, threshold: float = 0.
         tuning=_json_file(os.path.join(run, TUNING_JSON)), shapes=_shapes(os.path.join(run, SHAPES_CSV)),
         traces=tuple(traces), advice=advice, dump_steps=dump_steps, overflows=overflows, notes=tuple(notes),
         alignment=alignment,
-        replays=replays,
+        replays=replays, trace_comparison=trace_comparison,
         ranks=ranks_report(run, jobs),
     )
 

@@ -15,6 +15,8 @@ from ...errors import ConfigError
 from ...formats.atomic import make_folder, write_atomic
 from ..logs.compare import LossComparison
 from ..logs.model import LossLog
+from ..trace_compare.kinds import KIND_NAMES
+from . import time_section
 
 if TYPE_CHECKING:
     from .build import RunReport
@@ -155,7 +157,33 @@ def report_images(report: RunReport) -> dict:
     else:
         images = {"loss curve": loss_curve_png(report.log)}
     images["steps/sec"] = steps_per_sec_png(runs)
+    if report.trace_comparison is not None:
+        images[time_section.FIGURE] = time_by_kind_png(report.trace_comparison)
     return images
+
+
+def time_by_kind_png(comparison: Any) -> bytes:
+    """A stacked horizontal bar per run (reference, this run): its median profiled step's ms by kind.
+
+    comparison: an ``analysis.trace_compare.compare.TraceComparison``.
+    """
+    Figure, Canvas = _matplotlib()
+    fig = Figure(figsize=(9, 2.8), dpi=100)
+    ax = fig.add_subplot()
+    sides = (("reference", comparison.base.rows["kind"]), ("this run", comparison.target.rows["kind"]))
+    kinds = [k for k in KIND_NAMES if any(parts.get(k, 0.0) > 0 for _, parts in sides)]
+    for y, (_, parts) in enumerate(sides):
+        left = 0.0
+        for i, kind in enumerate(kinds):
+            width = max(parts.get(kind, 0.0), 0.0)
+            ax.barh(y, width, left=left, color=f"C{i % 10}", label=kind if y == 0 else None)
+            left += width
+    ax.set_yticks(range(len(sides)), [label for label, _ in sides])
+    ax.invert_yaxis()
+    ax.set_xlabel("ms per step (median step)")
+    ax.set_title("Where the time goes, by kind")
+    ax.legend(fontsize="small", ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.35))
+    return _png(fig, Canvas)
 
 
 def _matplotlib() -> tuple:

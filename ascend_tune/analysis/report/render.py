@@ -18,7 +18,7 @@ import numpy as np
 from ...formats.atomic import write_atomic
 from ..logs.compare import LossComparison
 from ..logs.throughput import RunThroughput
-from . import next_steps
+from . import next_steps, time_section
 from .alignment import DumpPair, frame_text, verdict_lines
 from .build import RunReport
 from .plots import report_images
@@ -104,6 +104,7 @@ def _captions(report: RunReport) -> dict:
                     "threshold (dashed).",
         "grad norms": "Both runs' gradient norm at each step (health=True, a Trainer's grad_norm): it usually parts "
                       "before the loss does.",
+        time_section.FIGURE: time_section.CAPTION,
         "steps/sec": "Steps/sec of each log line: the shaded warm-up is left out of the medians (dashed); single "
                      "dips are machine noise or profiled steps.",
     }
@@ -138,6 +139,10 @@ def _sections(report: RunReport, dump_csv: Optional[str] = None) -> list:
         out.append(Section("Loss against the baseline", _comparison_rows(c), next_steps.loss(report),
                            figures=("loss curves", "loss gap", "grad norms")))
     out.append(_throughput_section(report, s))
+    if report.trace_comparison is not None:
+        rows, table = time_section.section_rows(report.trace_comparison)
+        out.append(Section(time_section.TITLE, rows, report.trace_comparison.next_action, table=table,
+                           figures=(time_section.FIGURE,)))
     if report.ranks is not None:
         r = report.ranks
         out.append(Section("Ranks", r.answers(), r.next_step(), table=(list(HEADER), [list(row) for row in r.rows])))

@@ -114,6 +114,12 @@ def _read(path: str, root: str, normalise: bool, out_dir: Optional[str]) -> Trac
     )
 
 
+def trace_rank(path: str, header: Optional[dict] = None) -> Optional[int]:
+    """The rank a trace belongs to: its ``distributedInfo``, a ``rank{R}`` folder or torch_npu's
+    ``profiler_info_{R}.json`` beside its ``*_ascend_pt`` folder; None when unknown."""
+    return _rank(path, header or {})
+
+
 def _rank(path: str, header: dict) -> Optional[int]:
     info = header.get("distributedInfo")
     if isinstance(info, dict) and isinstance(info.get("rank"), int):

@@ -12,11 +12,12 @@ import bisect
 import math
 import os
 import re
+import sys
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Optional, Union
 
 from ...errors import InputError
-from .load import load_trace_file
+from .load import stream_trace_file
 
 STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")  # the marker prof.step() records around each step
 # An op is a dispatcher call ("aten::add", "npu::npu_rms_norm", "c10d::allreduce_"); "autograd::engine::..." is a
@@ -29,6 +30,11 @@ _RUNTIME_PREFIXES = ("AscendCL@", "Node@", "HostToDevice", "aclnn")
 # Rounding slack when deciding that one event encloses another: kineto writes ns as 3 decimals of µs; torch_npu's
 # absolute µs timestamps (~1.7e15) keep only a quarter µs once read as floats, so the slack grows with them.
 _MIN_EPS_US = 0.002
+
+# The args a reader uses (stacks, shapes, device tasks, CANN ids, the forward op a backward op belongs to); the
+# rest of each event's args is dropped while the file streams in.
+KEPT_ARGS = ("Call stack", "Input Dims", "Task Type", "id", "Sequence number")
+_NO_ARGS: dict = {}
 
 Role = str  # "host" | "python" | "runtime" | "device"
 
@@ -123,36 +129,49 @@ class Trace:
 
 
 def read_trace(path: Union[str, os.PathLike]) -> Trace:
-    """Parse one trace file (``.json`` or ``.json.gz``) into a :class:`Trace`; bad input raises ``InputError``."""
-    loaded = load_trace_file(path)
-    path, records, header = loaded.path, loaded.events, loaded.header
-    kind = "torch_npu" if loaded.kind == "torch_npu" else "torch.profiler"
+    """Parse one trace file (``.json`` or ``.json.gz``) into a :class:`Trace`; bad input raises ``InputError``.
 
-    process_names = {}
-    for record in records:
-        if isinstance(record, dict) and record.get("ph") == "M" and record.get("name") == "process_name":
-            process_names[record.get("pid")] = str((record.get("args") or {}).get("name", ""))
-
-    events = []
-    for record in records:
-        if record.get("ph") != "X":
+    The file is streamed (``load.stream_trace_file``) and each event keeps only the args of :data:`KEPT_ARGS`, so
+    memory follows the number of events, not the size of the text.
+    """
+    stream = stream_trace_file(path)
+    path = stream.path
+    process_names: dict = {}
+    raw = []
+    for record in stream:
+        phase = record.get("ph")
+        if phase == "M":
+            if record.get("name") == "process_name":
+                process_names[record.get("pid")] = str((record.get("args") or {}).get("name", ""))
+            continue
+        if phase != "X":
             continue
         try:
             ts, dur = float(record["ts"]), float(record.get("dur", 0.0) or 0.0)
         except (KeyError, TypeError, ValueError):
             continue
-        cat = str(record.get("cat") or "")
-        name = str(record.get("name", ""))
-        args = record.get("args") if isinstance(record.get("args"), dict) else {}
-        role = _role(name, cat, args, process_names.get(record.get("pid"), ""))
+        args = record.get("args")
+        kept = _NO_ARGS
+        if isinstance(args, dict):
+            kept = {key: args[key] for key in KEPT_ARGS if key in args} or _NO_ARGS
+            if "Input Dims" in kept:  # nested lists cost ~10x their text; readers compare them as text
+                kept["Input Dims"] = sys.intern(str(kept["Input Dims"]))
+        raw.append((sys.intern(str(record.get("name", ""))), sys.intern(str(record.get("cat") or "")), ts,
+                    max(dur, 0.0), record.get("pid"), record.get("tid"), kept))
+    header = stream.header
+    kind = "torch_npu" if stream.kind == "torch_npu" else "torch.profiler"
+    events = []
+    for name, cat, ts, dur, pid, tid, args in raw:
+        role = _role(name, cat, args, process_names.get(pid, ""))
         if role:
-            events.append(Event(name, cat, role, ts, max(dur, 0.0), record.get("pid"), record.get("tid"), args))
+            events.append(Event(name, cat, role, ts, dur, pid, tid, args))
+    del raw
     if not events:
         raise InputError(
             f"{path} has no complete ('ph': 'X') events: it is not a profiler trace, or the profiler stopped "
             "before the first step; profile at least one full step"
         )
-    if loaded.string_ts or any(name in ("CANN", "Ascend Hardware") for name in process_names.values()):
+    if stream.string_ts or any(name in ("CANN", "Ascend Hardware") for name in process_names.values()):
         kind = "torch_npu"
 
     events.sort(key=lambda e: (e.ts, -e.dur))

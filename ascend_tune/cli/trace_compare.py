@@ -1,0 +1,51 @@
+"""``ascend-tune compare-trace BASE TARGET``: where the target's step loses time against the base's.
+
+Exit 0: no slowdown beyond noise or under the threshold, 1: slower by more than ``--threshold`` and beyond noise,
+2: bad input (one line). Imports nothing heavy at module level.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from .args import add_force, add_json, add_out, count, fraction, int_at_least
+
+
+def add_commands(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``compare-trace`` to the ``ascend-tune`` subcommands."""
+    cmd = subparsers.add_parser(
+        "compare-trace",
+        help="where the target's step loses time against the base's (by module, op and kind) from two traces",
+        description="Compare two profiler traces (torch.profiler *.pt.trace.json[.gz], a torch_npu *_ascend_pt "
+        "folder or trace_view.json, a profile or run folder) step against step: the gap split by module, op and "
+        "kind with an unattributed row, ops found in one run only, and the top contributor with its next action. "
+        "Exit 0: no slowdown beyond noise or under the threshold, 1: slower, 2: bad input.",
+    )
+    cmd.add_argument("base", metavar="BASE", help="the reference's trace, *_ascend_pt folder or run folder")
+    cmd.add_argument("target", metavar="TARGET", help="the target's trace, *_ascend_pt folder or run folder")
+    cmd.add_argument("--step", type=count, help="compare ProfilerStep#N on both sides (default: each side's "
+                     "median step)")
+    cmd.add_argument("--rank", type=count, help="the rank to take from folders holding several ranks' traces")
+    cmd.add_argument("--top", type=int_at_least(1), default=10, help="rows shown per level (default: 10)")
+    cmd.add_argument("--threshold", type=fraction, default=0.05,
+                     help="exit 1 when the target's step is slower by more than this share of the base's and "
+                          "beyond noise (default: 0.05 = 5%%)")
+    add_out(cmd, "write trace_compare.csv (every row) and trace_compare.json here")
+    add_force(cmd)
+    add_json(cmd, "the comparison", instead_of="text")
+    cmd.set_defaults(run=_cmd_compare_trace)
+
+
+def _cmd_compare_trace(args: argparse.Namespace) -> int:
+    from ..analysis.trace_compare.pair import compare_traces
+    from ..analysis.trace_compare.table import render_text, to_dict, write_outputs
+
+    result = compare_traces(args.base, args.target, step=args.step, rank=args.rank)
+    if args.out:
+        write_outputs(result, args.out, args.threshold, force=args.force)
+    if args.json:
+        print(json.dumps(to_dict(result, args.threshold), indent=2))
+    else:
+        print(render_text(result, top=args.top), end="")
+    return result.exit_code(args.threshold)

@@ -1,0 +1,263 @@
+"""``ascend-tune compare-trace``: real torch.profiler traces of a tiny GPT and a CNN, made here under
+TrainingMonitor(profile=...), each target with one injected slowdown; the injected part must be the top row of its
+level, the rows must add up to the measured gap, and identical code must give no slowdown beyond noise."""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import os
+import time
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from ascend_tune import TrainingMonitor
+from ascend_tune.analysis.trace_compare.compare import UNATTRIBUTED
+from ascend_tune.analysis.trace_compare.pair import compare_traces
+from ascend_tune.cli import main
+from ascend_tune.testing.models import (
+    MobileNetV1,
+    TinyGPT,
+    synthetic_classification,
+    synthetic_images,
+    synthetic_tokens,
+)
+
+# Sized for a loaded 2-core machine, where the scheduler takes ~8 ms slices out of random steps and the load changes
+# between runs: each injected slowdown costs over 100 ms per step, beyond 3 spreads of step times; the steps
+# themselves stay a few ms.
+STEPS = 14
+PROFILE = dict(skip_first=3, wait=0, warmup=1, active=9, repeat=1)
+SLOW_ROUNDS = 1500  # extra tanh over the slowed module's output
+SYNC_READS = 15000  # float(loss) calls per step (through map: no Python between them), a read-back loop
+DATA_SLEEP_S = 0.15  # a slow collate per batch
+
+
+def _slow_forward(module: torch.nn.Module, rounds: int) -> None:
+    """The module's forward runs ``rounds`` extra tanh over its output (inside its own scope)."""
+    original = module.forward
+
+    def forward(x):
+        y = original(x)
+        for _ in range(rounds):
+            y = torch.tanh(y)
+        return y
+
+    module.forward = forward
+
+
+class _ManyTensors(torch.nn.Module):
+    """1000 small parameter tensors and almost no arithmetic (one stack): the optimizer is the step."""
+
+    def __init__(self, count: int = 1000):
+        super().__init__()
+        self.weights = torch.nn.ParameterList(torch.nn.Parameter(torch.randn(4)) for _ in range(count))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.stack(tuple(self.weights)).mean(0)
+
+
+def make_run(root, name: str, model: str = "gpt", slow: str = "", optimizer: str = "fused") -> str:
+    """Train ``STEPS`` steps of a tiny model under TrainingMonitor(profile=PROFILE); returns the run folder."""
+    torch.manual_seed(0)
+    log_dir = os.path.join(root, name)
+    if model == "gpt":
+        net = TinyGPT(vocab=64, block=16, dim=32, heads=2, layers=2)
+        data = synthetic_tokens(n=8 * STEPS, block=16, vocab=64)
+        if slow == "module":
+            _slow_forward(net.h[1].mlp, SLOW_ROUNDS)
+    elif model == "tensors":
+        net = _ManyTensors()
+        data = synthetic_classification(n=8 * STEPS, features=4, classes=4)
+    else:
+        net = MobileNetV1(num_classes=10, width=0.25)
+        data = synthetic_images(n=8 * STEPS, size=32)
+        if slow == "module":
+            _slow_forward(net.features[3], SLOW_ROUNDS)
+    collate = None
+    if slow == "data":
+        def collate(batch):
+            time.sleep(DATA_SLEEP_S)
+            return torch.utils.data.default_collate(batch)
+    loader = DataLoader(data, batch_size=8, collate_fn=collate)
+    flags = dict(fused=True) if optimizer == "fused" else dict(foreach=False)
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-3, **flags)
+    with TrainingMonitor(net, opt, loader, log_dir=log_dir, quiet=True, profile=PROFILE):
+        for x, y in loader:
+            loss = net(x, y) if model == "gpt" else torch.nn.functional.cross_entropy(net(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if slow == "sync":
+                sum(map(float, itertools.repeat(loss.detach(), SYNC_READS)))
+    return log_dir
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    # one thread: tiny ops, where a second thread only adds contention on a shared 2-core machine
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield _make_runs(tmp_path_factory.mktemp("trace_runs"))
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _make_runs(root) -> dict:
+    made = {"base": make_run(root, "base"), "same": make_run(root, "same")}
+    for slow in ("module", "sync", "data"):
+        made[slow] = make_run(root, slow, slow=slow)
+    # many parameter tensors: the per-parameter loop of an unfused optimizer against one fused kernel
+    made["deep"] = make_run(root, "deep", model="tensors")
+    made["optimizer"] = make_run(root, "optimizer", model="tensors", optimizer="foreach_false")
+    made["cnn_base"] = make_run(root, "cnn_base", model="cnn")
+    made["cnn_module"] = make_run(root, "cnn_module", model="cnn", slow="module")
+    return made
+
+
+def _assert_adds_up(result) -> None:
+    """At every level the rows, unattributed included, add up to the gap; unattributed stays under 5% of the step."""
+    for level in ("module", "op", "kind"):
+        rows = result.level_rows(level)
+        assert sum(r.delta_ms for r in rows) == pytest.approx(result.gap_ms, abs=1e-6)
+        left = next(r for r in rows if r.name == UNATTRIBUTED)
+        assert abs(left.delta_ms) <= 0.05 * result.base.median_ms, (level, left)
+
+
+@pytest.mark.parametrize("slow, level, name", [
+    ("module", "module", "h.1.mlp"),
+    ("module", "op", "aten::tanh"),
+    ("optimizer", "kind", "optimizer"),
+    ("sync", "kind", "host sync"),
+    ("data", "kind", "data loading"),
+])
+def test_the_injected_slowdown_is_the_top_row_of_its_level(runs, slow, level, name):
+    result = compare_traces(runs["deep" if slow == "optimizer" else "base"], runs[slow])
+    assert result.slower, result.verdict()
+    top = result.top_of(level)
+    assert top.name == name and top.beyond_noise, result.level_rows(level)[:4]
+    _assert_adds_up(result)
+
+
+@pytest.mark.parametrize("slow, rule", [("optimizer", "unfused-optimizer"), ("sync", "host-sync")])
+def test_the_top_contributor_line_names_the_advisor_fix(runs, slow, rule):
+    result = compare_traces(runs["deep" if slow == "optimizer" else "base"], runs[slow])
+    assert result.top is not None and result.top.level == "kind"
+    assert rule in result.next_action, result.top_line()
+    assert result.top_line().count("\n") == 0 and "Next:" in result.top_line()
+
+
+def test_a_slower_cnn_module_is_found_by_its_path(runs):
+    result = compare_traces(runs["cnn_base"], runs["cnn_module"])
+    assert result.top_of("module").name == "features.3"
+    assert result.top is not None and result.top.name == "features.3"
+    assert "slower on the target" in result.top_line()
+    _assert_adds_up(result)
+
+
+def test_identical_code_is_no_slowdown_beyond_noise(runs, capsys):
+    code = main(["compare-trace", runs["base"], runs["same"]])
+    out = capsys.readouterr().out
+    assert code == 0 and "no slowdown beyond noise" in out
+    result = compare_traces(runs["base"], runs["same"])
+    assert result.top is None and not any(r.beyond_noise for r in result.rows)
+
+
+def test_threshold_exit_codes_and_outputs(runs, tmp_path, capsys):
+    out = tmp_path / "cmp"
+    assert main(["compare-trace", runs["base"], runs["module"], "-o", str(out)]) == 1
+    text = capsys.readouterr().out
+    assert "Top contributor: module h.1.mlp" in text
+    with open(out / "trace_compare.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert {r["level"] for r in rows} == {"module", "op", "kind"}
+    summary = json.loads((out / "trace_compare.json").read_text())
+    assert summary["exit_code"] == 1 and summary["top"]["name"] == "h.1.mlp"
+    # a threshold above the gap: still slower beyond noise, but not by more than T
+    assert main(["compare-trace", runs["base"], runs["module"], "--threshold", "50", "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert len(printed["rows"]) == len(rows)
+    # outputs are not overwritten without --force
+    assert main(["compare-trace", runs["base"], runs["module"], "-o", str(out)]) == 2
+    assert main(["compare-trace", runs["base"], runs["module"], "-o", str(out), "--force"]) == 1
+
+
+def test_one_step_on_both_sides(runs, capsys):
+    result = compare_traces(runs["base"], runs["module"], step=8)
+    assert result.base.steps == (8,) and result.target.steps == (8,)
+    assert main(["compare-trace", runs["base"], runs["module"], "--step", "99"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no step 99" in err
+
+
+def test_an_npu_trace_against_a_cpu_trace_lists_the_npu_only_ops(runs, tmp_path, fake_npu_profile):
+    result = compare_traces(runs["base"], fake_npu_profile)
+    assert result.target.device == "npu" and result.base.device == "cpu"
+    only = {r.name for r in result.one_sided("target")}
+    assert "npu::npu_rms_norm" in only, only
+    _assert_adds_up(result)
+
+
+@pytest.fixture(scope="module")
+def npu_rms_norm():
+    """A real dispatcher op in torch_npu's ``npu::`` namespace (the fake torch_npu has no kernels), so the NPU
+    side's trace holds a fused op the CPU side computes as a chain of aten ops."""
+    @torch.library.custom_op("npu::npu_rms_norm", mutates_args=())
+    def rms_norm(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * weight
+
+    return rms_norm
+
+
+@pytest.fixture
+def fake_npu_profile(tmp_path, monkeypatch, npu_rms_norm):
+    """A ``*_ascend_pt`` folder written by the fake torch_npu profiler around a few steps that call an npu:: op."""
+    import ascend_tune.testing.fakes as fakes
+
+    monkeypatch.syspath_prepend(os.path.dirname(fakes.__file__))
+    import torch_npu
+
+    out = tmp_path / "npu_prof"
+    prof = torch_npu.profiler.profile(
+        activities=[torch_npu.profiler.ProfilerActivity.CPU, torch_npu.profiler.ProfilerActivity.NPU],
+        schedule=torch_npu.profiler.schedule(wait=0, warmup=0, active=3, repeat=1),
+        on_trace_ready=torch_npu.profiler.tensorboard_trace_handler(str(out)),
+    )
+    net = TinyGPT(vocab=64, block=16, dim=32, heads=2, layers=2)
+    x, y = synthetic_tokens(n=8, block=16, vocab=64).tensors
+    with prof:
+        for _ in range(3):
+            net(x, y).backward()
+            npu_rms_norm(torch.ones(4, 8), torch.ones(8))
+            prof.step()
+    folders = [p for p in out.iterdir() if p.name.endswith("_ascend_pt")]
+    assert folders
+    return str(folders[0])
+
+
+@pytest.mark.parametrize("case", ["missing", "empty", "not_a_trace", "no_step", "no_common_step", "no_trace_dir"])
+def test_bad_inputs_are_one_line_and_exit_2(runs, tmp_path, capsys, case):
+    good = runs["base"]
+    empty = tmp_path / "empty.pt.trace.json"
+    empty.write_text("")
+    words = tmp_path / "words.pt.trace.json"
+    words.write_text("hello")
+    no_step = tmp_path / "nostep.pt.trace.json"
+    no_step.write_text(json.dumps({"traceEvents": [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::add", "ts": 0, "dur": 5, "pid": 1, "tid": 1}]}))
+    (tmp_path / "no_trace").mkdir()
+    args = {
+        "missing": [good, str(tmp_path / "nowhere")],
+        "empty": [str(empty), good],
+        "not_a_trace": [good, str(words)],
+        "no_step": [good, str(no_step)],
+        "no_common_step": [good, good, "--step", "1000"],
+        "no_trace_dir": [good, str(tmp_path / "no_trace")],
+    }[case]
+    assert main(["compare-trace", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
