@@ -174,6 +174,11 @@ class TrainingMonitor:
             raise self._callbacks.user_error  # a user's callback failed at the end: theirs to see
         return False  # never swallow the loop's exception
 
+    @property
+    def next_step(self) -> int:
+        """The number the next step ends as (``start_step`` until the block's first step ends)."""
+        return self._tracker.next_step
+
     def adopt_loader(self, loader: Iterable) -> bool:
         """Mark ``loader``'s batches from its next pass on (the launcher found it mid-pass); False if it cannot be."""
         self._require_active("adopt_loader")

@@ -76,12 +76,21 @@ def test_the_loader_the_loop_iterates_is_found_and_marked_from_its_next_pass(tmp
     assert all(r["samples_per_sec"] > 0 for r in records[4:])
 
 
+def test_health_by_flag_logs_each_steps_gradient_norm(tmp_path, script):
+    run = tmp_path / "run"
+    proc = launch(["--log-dir", str(run), "--health"], [sys.executable, str(script)], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    records = [r for r in read_jsonl(run / "metrics.jsonl") if "step" in r]
+    assert len(records) == 8 and all(r["grad_norm"] > 0 for r in records)
+
+
 @pytest.mark.parametrize("argv, says", [
     ([], "no command to run"),
     (["--bogus", "--"], "unrecognized arguments: --bogus"),
     (["--", "no-such-program-here"], "command not found"),
     (["--dump=steps=x", "--"], "precision steps"),
     (["--log-every", "0", "--"], "--log-every"),
+    (["--health=bogus=1", "--"], "--health"),
 ])
 def test_launcher_errors_are_one_line_exit_2_before_anything_runs(tmp_path, argv, says):
     marker = tmp_path / "ran"

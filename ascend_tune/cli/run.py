@@ -46,6 +46,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--shapes", **spec, help="the dynamic-shape detector (ASCEND_TUNE_SHAPES)")
     run.add_argument("--tune", **spec, help="device-driven tuning: on, off, swap, force, report or key=value items "
                      "(ASCEND_TUNE_TUNE)")
+    run.add_argument("--health", **spec, help="training health: gradient norms, spikes, per-module statistics "
+                     "(SPEC: e.g. modules=1,every=50,on_anomaly=dump; ASCEND_TUNE_HEALTH)")
     run.add_argument("--tensorboard", action="store_true", help="also write TensorBoard scalars "
                      "(ASCEND_TUNE_TENSORBOARD)")
     run.add_argument("--seed", type=int_at_least(0), default=None, metavar="N",
@@ -73,6 +75,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     features = {
         opt.ENV_DUMP: opt.precision_text(args.dump, args.overflow, args.replay),
         opt.ENV_PROFILE: args.profile, opt.ENV_TUNE: args.tune, opt.ENV_SHAPES: args.shapes,
+        opt.ENV_HEALTH: args.health,
         opt.ENV_TENSORBOARD: "1" if args.tensorboard else None,
     }
     env.update({name: value for name, value in features.items() if value is not None})

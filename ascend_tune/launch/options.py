@@ -15,7 +15,7 @@ from ..errors import ConfigError
 ENV_RUN = "ASCEND_TUNE_RUN"  # JSON of RunOptions; its presence is what makes a process monitored
 ENV_HOME = "ASCEND_TUNE_RUN_HOME"  # the folder holding the launcher's ascend_tune package
 ENV_PROFILE, ENV_DUMP, ENV_TUNE = "ASCEND_TUNE_PROFILE", "ASCEND_TUNE_DUMP", "ASCEND_TUNE_TUNE"
-ENV_SHAPES, ENV_TENSORBOARD = "ASCEND_TUNE_SHAPES", "ASCEND_TUNE_TENSORBOARD"
+ENV_SHAPES, ENV_TENSORBOARD, ENV_HEALTH = "ASCEND_TUNE_SHAPES", "ASCEND_TUNE_TENSORBOARD", "ASCEND_TUNE_HEALTH"
 PREFIX = "ascend-tune run: "  # every message of the launcher's own on stderr
 
 
@@ -59,6 +59,7 @@ def precision_text(dump: Optional[str], overflow: Optional[str], replay: Optiona
 
 def check_features(env: dict) -> None:
     """Raise ConfigError (with what to do) when a feature switch in ``env`` would be refused by its process."""
+    from ..health.config import HealthConfig
     from ..precision.config import precision_configs
     from ..profiling.config import ProfileConfig
     from ..tuning import TuneConfig
@@ -67,5 +68,7 @@ def check_features(env: dict) -> None:
         precision_configs(env[ENV_DUMP])
     if env.get(ENV_PROFILE):
         ProfileConfig.from_text(env[ENV_PROFILE], source="--profile")
+    if env.get(ENV_HEALTH):
+        HealthConfig.from_text(env[ENV_HEALTH], source="--health")
     if env.get(ENV_TUNE):
         TuneConfig.from_text(env[ENV_TUNE], source="--tune")

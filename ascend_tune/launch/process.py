@@ -79,10 +79,18 @@ def _torch_imported() -> None:
 
 
 def _on_forward(module: Any, args: Any) -> None:
+    try:
+        _watch_forward(module)
+    except Exception as exc:  # a hook of ours never raises into the script's forward
+        _stop_watching_forwards()
+        _say(f"stopped watching module calls ({type(exc).__name__}: {exc})", once="forward watch")
+
+
+def _watch_forward(module: Any) -> None:
     import torch
 
     monitor = _state["monitor"]
-    if monitor is not None and monitor.clock.next_step > monitor.start_step:
+    if monitor is not None and monitor.next_step > monitor.start_step:
         _stop_watching_forwards()  # the first step is over: no cost per module call from now on
         return
     if id(module) in _state["inside"] or not torch.is_grad_enabled():
