@@ -9,8 +9,8 @@ from .errors import AscendTuneError
 from .lazy import lazy_names
 
 __all__ = [
-    "AscendTuneError", "DeviceInfo", "PrecisionConfig", "ProfileConfig", "ShapesConfig", "TrainingMonitor",
-    "TuneConfig", "__version__", "detect_device", "seed_all",
+    "AscendTuneError", "DeviceInfo", "HealthConfig", "PrecisionConfig", "ProfileConfig", "ShapesConfig",
+    "TrainingMonitor", "TuneConfig", "__version__", "detect_device", "seed_all",
 ]
 
 _LAZY = {
@@ -23,6 +23,7 @@ _LAZY = {
     "ProfileConfig": "ascend_tune.profiling.config",
     "TuneConfig": "ascend_tune.tuning.config",
     "ShapesConfig": "ascend_tune.shapes.config",
+    "HealthConfig": "ascend_tune.health.config",
 }
 
 __getattr__, __dir__ = lazy_names(__name__, {**_LAZY, "__version__": "ascend_tune._version"})

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from .errors import AscendTuneError, ConfigError
 
@@ -37,6 +37,17 @@ class Callback:
     def on_step_end(self, ctx: RunContext, step: int) -> None:
         """Step ``step`` has run (its loss may still be on the device)."""
 
+    def read_along(self, ctx: RunContext, entries: list) -> Any:
+        """Device values to read back with the losses of a log window's steps (``entries``: their
+        :class:`~ascend_tune.steps.ClosedStep`, loss still on the device) in the same transfer, as one 1-D tensor, or
+        None; :meth:`on_window` gets them back as floats."""
+        return None
+
+    def on_window(self, ctx: RunContext, window: Any, values: list) -> Optional[dict]:
+        """A log window's losses are on the host (``window``: a :class:`~ascend_tune.step_clock.Window`; ``values``:
+        what :meth:`read_along` gave for it). Returns fields added to the window's metrics.jsonl line, or None."""
+        return None
+
     def on_exit(self, ctx: RunContext, exc_type: Optional[type]) -> None:
         """The block ends (``exc_type`` set when it raised); runs before summary.json is written."""
 
@@ -51,14 +62,16 @@ class Callback:
 # build_callback reads its own environment switch (ASCEND_TUNE_PROFILE, ...) when the option is not given. The
 # order is the order of on_enter and of every step event: profile and precision only prepare at on_enter (nothing
 # is hooked before a selected step begins); seed then seeds, so that tune's probes, which draw no random numbers,
-# run after it and the user's first batch draws the seeded stream; shapes comes last because it checks the
-# precision feature it would run beside (ctx.feature("precision")).
+# run after it and the user's first batch draws the seeded stream; shapes comes late because it checks the
+# precision feature it would run beside (ctx.feature("precision")); health comes last: it arms the precision
+# feature's dump after a spike, and its module hook sees the steps the others have prepared.
 FEATURES: dict = {
     "profile": "ascend_tune.profiling",
     "precision": "ascend_tune.precision",
     "seed": "ascend_tune.seed",
     "tune": "ascend_tune.tuning",
     "shapes": "ascend_tune.shapes",
+    "health": "ascend_tune.health",
 }
 
 
@@ -74,6 +87,13 @@ def build_features(values: dict, ctx: RunContext) -> list:
         if cb is not None:
             built.append(cb)
     return built
+
+
+def build_feature(option: str, value: object, ctx: RunContext) -> Optional[Callback]:
+    """One feature's callback, built by its own factory (the registry's, :data:`FEATURES`): how a feature that needs
+    another one (health's dump after a spike needs a precision dump) gets it without importing its internals. The
+    caller drives the callback it gets (``on_enter`` with its stack, the step events)."""
+    return importlib.import_module(f"{FEATURES[option]}.callback").build_callback(value, ctx)
 
 
 class CallbackSet:
@@ -122,6 +142,41 @@ class CallbackSet:
                 if not self._drop(cb, "on_step_end", exc):
                     raise
 
+    def read_along(self, ctx: RunContext, entries: list) -> tuple:
+        """(one tensor of what the riders read along with ``entries``' losses, or None; [(callback, size)])."""
+        parts, layout = [], []
+        for cb in self.riders:
+            try:
+                values = cb.read_along(ctx, entries)
+            except Exception as exc:
+                if not self._drop(cb, "read_along", exc):
+                    raise
+                continue
+            if values is not None:
+                parts.append(values.reshape(-1))
+                layout.append((cb, values.numel()))
+        if not parts:
+            return None, []
+        import torch
+
+        dev = parts[0].device
+        return (parts[0] if len(parts) == 1 else torch.cat([p.to(dev).float() for p in parts])), layout
+
+    def window(self, ctx: RunContext, window: Any, values: list, layout: list) -> dict:
+        """``on_window`` of each rider with its share of ``values``; the fields they add to the window's line."""
+        fields: dict = {}
+        at = 0
+        for cb, size in layout:
+            share, at = values[at:at + size], at + size
+            if cb not in self.active:
+                continue
+            try:
+                fields.update(cb.on_window(ctx, window, share) or {})
+            except Exception as exc:
+                if not self._drop(cb, "on_window", exc):
+                    raise
+        return fields
+
     def exit(self, ctx: RunContext, exc_type: Optional[type]) -> None:
         """``on_exit`` of each; never raises (a user's exception waits in :attr:`user_error`)."""
         for cb in list(self.active):
@@ -160,4 +215,5 @@ class CallbackSet:
     def _index(self) -> None:
         self._begin = tuple(cb for cb in self.active if type(cb).on_step_begin is not Callback.on_step_begin)
         self._end = tuple(cb for cb in self.active if type(cb).on_step_end is not Callback.on_step_end)
+        self.riders = tuple(cb for cb in self.active if type(cb).read_along is not Callback.read_along)
         self.stepping = bool(self._begin or self._end)  # whether any listens to steps (else the monitor skips)

@@ -16,6 +16,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from .batch_indices import BatchIndices
 from .recording.frames import in_internal
 
 _local = threading.local()  # the backward patch's nesting depth
@@ -170,7 +171,8 @@ class EpochTracker:
 
 
 def iterate_marked(iterator: Iterator, on_batch: Callable[[Any], None],
-                   on_wait: Optional[Callable[[float], None]] = None) -> Iterator:
+                   on_wait: Optional[Callable[[float], None]] = None,
+                   indices: Optional[BatchIndices] = None) -> Iterator:
     """Yield from ``iterator``, reporting each batch as it is handed to the training loop (and, to ``on_wait``,
     the host seconds the loop waited for it)."""
     iterator = iter(iterator)
@@ -182,8 +184,18 @@ def iterate_marked(iterator: Iterator, on_batch: Callable[[Any], None],
             return
         if on_wait is not None:
             on_wait(time.perf_counter() - began)
+        if indices is not None and indices.on:
+            indices.handed_out()
         on_batch(batch)
         yield batch
+
+
+def _recording_index_sampler(self: Any) -> Any:
+    sampler = super(type(self), self)._index_sampler
+    indices = self.__dict__["_ascend_tune_marks"][4]
+    if indices is None or not indices.on or not getattr(self, "in_order", True):
+        return sampler
+    return indices.recording(sampler)
 
 
 _subclasses: dict = {}
@@ -196,27 +208,28 @@ def wrap_loader(
     on_batch: Callable[[Any], None],
     on_wait: Optional[Callable[[float], None]] = None,
     begun: bool = False,
+    indices: Optional[BatchIndices] = None,
 ) -> bool:
     """Wrap one loader instance in place by swapping its class for a subclass; False if it cannot be swapped.
     ``begun``: the loop is already in its first pass (the next ``__iter__`` begins the second).
 
     ``DataLoader.__iter__`` is looked up on the type, so patching the instance would not work, and patching
-    ``_BaseDataLoaderIter`` (as ptdbg and msprobe did) would touch every loader in the process.
+    ``_BaseDataLoaderIter`` (as ptdbg and msprobe did) would touch every loader in the process. ``indices``: where
+    the sample indices of the batches go once a feature turns it on (:class:`BatchIndices`).
     """
     original = type(loader)
     if getattr(original, "__ascend_tune_wrapped__", False):
         return True  # already wrapped by an enclosing monitor: that one marks the steps
     if original not in _subclasses:
-        _subclasses[original] = type(
-            original.__name__,
-            (original,),
-            {
-                "__ascend_tune_wrapped__": True,
-                "__iter__": _marked_iter,
-                "__module__": original.__module__,
-                "__qualname__": original.__qualname__,
-            },
-        )
+        attributes = {
+            "__ascend_tune_wrapped__": True,
+            "__iter__": _marked_iter,
+            "__module__": original.__module__,
+            "__qualname__": original.__qualname__,
+        }
+        if isinstance(getattr(original, "_index_sampler", None), property):  # a torch DataLoader
+            attributes["_index_sampler"] = property(_recording_index_sampler)
+        _subclasses[original] = type(original.__name__, (original,), attributes)
     try:
         object.__setattr__(loader, "__class__", _subclasses[original])
     except (TypeError, AttributeError):  # builtins, __slots__ classes, a class property (accelerate's loaders)
@@ -224,19 +237,19 @@ def wrap_loader(
     tracker = EpochTracker()
     if begun:
         tracker.begun(loader)
-    object.__setattr__(loader, "_ascend_tune_marks", (tracker, on_pass, on_batch, on_wait))
+    object.__setattr__(loader, "_ascend_tune_marks", (tracker, on_pass, on_batch, on_wait, indices))
     stack.callback(_unwrap, loader, original)
     return True
 
 
 def _marked_iter(self: Any) -> Iterator:
-    tracker, on_pass, on_batch, on_wait = self.__dict__["_ascend_tune_marks"]
+    tracker, on_pass, on_batch, on_wait, indices = self.__dict__["_ascend_tune_marks"]
     on_pass(tracker.begin_pass(self))
     # torch names only __next__ in a trace; starting a pass (worker start-up, the sampler's seed read with .item())
     # is loader work too, named the same way so the advisor counts it as the loader's, not as a host sync of the step
     with torch.profiler.record_function(f"enumerate(DataLoader)#{type(self).__name__}.__iter__"):
         iterator = super(type(self), self).__iter__()
-    return iterate_marked(iterator, on_batch, on_wait)
+    return iterate_marked(iterator, on_batch, on_wait, indices)
 
 
 def _unwrap(loader: Any, original: type) -> None:

@@ -47,6 +47,8 @@ class RunContext:
             features are being built, filled for ``on_enter`` and after.
         outputs: the run's one fail-soft write path: every file a feature writes goes through it (an ``OSError``
             costs that output, warned once and listed in summary.json's ``outputs_failed``, never the run).
+        batches: the sample indices of the batches the passed loader hands out
+            (:class:`~ascend_tune.capture.BatchIndices`, off until a feature starts it), or None.
     """
 
     run_dir: RunDir
@@ -59,6 +61,7 @@ class RunContext:
     events: EventRecorder
     features: Mapping = field(default_factory=lambda: MappingProxyType({}))
     outputs: Outputs = field(default_factory=Outputs)
+    batches: Any = None
 
     @property
     def log_dir(self) -> str:

@@ -28,12 +28,13 @@ from .errors import ConfigError
 from .events import RunEvents
 from .formats.run_dir import RunDir
 from .host_times import HostTimes
+from .log_windows import LogWindows
 from .optimizer_watch import OptimizerWatch, hook_other_optimizers, model_name
 from .options import MonitorOptions, check_objects
 from .outputs import Outputs
 from .recording.frames import internal
 from .sigterm import SigtermHandler
-from .steps import OPTIMIZER, WATCH, ClosedStep, StepTracker, optimizer_losses
+from .steps import OPTIMIZER, WATCH, ClosedStep, StepTracker
 
 logger = logging.getLogger("ascend_tune")
 
@@ -62,6 +63,7 @@ class TrainingMonitor:
         seed: seed python, numpy and torch (an int) before the first step.
         tune: device-driven tuning (fused optimizer swap, compile mode): ``True``, ``False`` or a dict / ``TuneConfig``.
         shapes: the dynamic-shape detector (``True``, a dict; ``ASCEND_TUNE_SHAPES=1``).
+        health: gradient norms, module statistics, spikes (``True``, a dict; ``ASCEND_TUNE_HEALTH=1``).
         tensorboard: also write loss / steps-per-sec / samples-per-sec scalars under ``<log_dir>/tensorboard``
             (``ASCEND_TUNE_TENSORBOARD=1``; needs the ``tensorboard`` extra).
         callbacks: extra :class:`~ascend_tune.callbacks.Callback` objects driven by the step clock.
@@ -87,6 +89,7 @@ class TrainingMonitor:
         seed: Optional[int] = None,
         tune: Any = None,
         shapes: Any = None,
+        health: Any = None,
         tensorboard: Optional[bool] = None,
         callbacks: Optional[Iterable] = None,
         **unknown: Any,
@@ -107,7 +110,8 @@ class TrainingMonitor:
         self.scaler = scaler
         self.accumulate = accumulate
         self.quiet = quiet
-        self.features = {"profile": profile, "precision": precision, "seed": seed, "tune": tune, "shapes": shapes}
+        self.features = {"profile": profile, "precision": precision, "seed": seed, "tune": tune, "shapes": shapes,
+                         "health": health}
         self.tensorboard = tensorboard
         self.rank = rank if rank is not None else detect_rank()
         self.world_size = detect_world_size()
@@ -144,7 +148,8 @@ class TrainingMonitor:
             self._callbacks = CallbackSet(built, self.callbacks, self._events.warn)
             self._callbacks.enter(self._ctx, stack)
             if self.train_loader is not None:
-                if capture.wrap_loader(stack, self.train_loader, self._on_pass, self._on_batch, self._host.add_data):
+                if capture.wrap_loader(stack, self.train_loader, self._on_pass, self._on_batch, self._host.add_data,
+                                       indices=self._batches):
                     self._tracker.count_batches()
                 else:
                     logger.warning(
@@ -173,7 +178,8 @@ class TrainingMonitor:
         """Mark ``loader``'s batches from its next pass on (the launcher found it mid-pass); False if it cannot be."""
         self._require_active("adopt_loader")
         on_pass = lambda epoch: (self._tracker.count_batches(), self._on_pass(epoch))  # noqa: E731
-        return capture.wrap_loader(self._stack, loader, on_pass, self._on_batch, begun=True)
+        return capture.wrap_loader(self._stack, loader, on_pass, self._on_batch, self._host.add_data, begun=True,
+                                   indices=self._batches)
 
     def close(self, interrupted_by: Optional[str] = None, exc_type: Any = None, gather: bool = True) -> None:
         """The block's end (``__exit__``, SIGTERM, the launcher); never raises. ``gather=False``: no ranks' summary."""
@@ -200,8 +206,8 @@ class TrainingMonitor:
         self._tracker.commit()
         with internal():
             if self.clock.pending_steps and not self._log_broken:
-                self._log_window()
-            self._drain(force=True)
+                self._windows.close(self.clock, self.epoch, self._callbacks, self._ctx)
+            self._windows.drain(True, self._callbacks, self._ctx)
 
     # --- explicit use -----------------------------------------------------------------------------------------
 
@@ -302,10 +308,10 @@ class TrainingMonitor:
             name_of=lambda optimizer, index: model_name(optimizer, index, self._models + tuple(self.models_seen)),
         )
         self._watch: Optional[OptimizerWatch] = None
+        self._batches = capture.BatchIndices()
         self._scaled: Optional[tuple] = None
-        self._reads: list = []
         self._host = HostTimes()
-        self._sinks: list = []
+        self._windows = LogWindows(self.totals, self._host, self.rank, self.world_size, self.device)
         self._events = RunEvents(self.rank)
         self._outputs = Outputs(warn=self._events.warn)
         self._callbacks = CallbackSet([], [], self._events.warn)
@@ -323,7 +329,7 @@ class TrainingMonitor:
             run_dir=self.run_dir, rank=self.rank, world_size=self.world_size, start_step=self.start_step,
             device=self.device, models=self._models,
             optimizer=self.optimizer, events=self._events, features=MappingProxyType(features),
-            outputs=self._outputs,
+            outputs=self._outputs, batches=self._batches,
         )
 
     def _on_step_end(self, step: int) -> None:
@@ -339,42 +345,16 @@ class TrainingMonitor:
         try:
             self.clock.commit(closed)
             log_step = (closed.step + 1) % self.log_every == 0
-            if log_step or self._reads:
+            if log_step or self._windows.pending:
                 # a SIGTERM waits for the lines; our reads are our own work (no dump or detector sees them)
                 with self._outputs, internal():
-                    if self._reads:
-                        self._drain(force=True)  # a read started at the previous log step is due now
+                    if self._windows.pending:  # a read started at the previous log step is due now
+                        self._windows.drain(True, self._callbacks, self._ctx)
                     if log_step:
-                        self._log_window()
+                        self._windows.close(self.clock, self.epoch, self._callbacks, self._ctx)
         except Exception as exc:
             self._log_broken = True  # the step log stops; the features and the loop go on
             self._events.failed("the step log", exc)
-
-    def _log_window(self) -> None:
-        entries, seconds, samples = self.clock.close_window()
-        read = step_clock.read_back(entries, lag=True)
-        host = self._host.take()
-        if not self._reads and read.ready(False):  # on the host, or a device without events: written now
-            self._write_window(read, seconds, samples, self.epoch, host)
-        else:
-            self._reads.append((read, seconds, samples, self.epoch, host))
-            self._drain(force=False)
-
-    def _drain(self, force: bool) -> None:
-        while self._reads and self._reads[0][0].ready(force):
-            self._write_window(*self._reads.pop(0))
-
-    def _write_window(self, read: Any, seconds: float, samples: Optional[int], epoch: int, host: Any) -> None:
-        window = step_clock.make_window(read.entries, seconds, samples, read.values())
-        self.totals.add(window)
-        if self._sinks:
-            context = {"epoch": epoch, "rank": self.rank, "world_size": self.world_size,  # what sinks.window_record
-                       "warmup": self.totals.warmup.holds(window.first_step),            # adds in metrics.jsonl
-                       "memory_mib": device.peak_memory_mib(self.device.kind) if self.device else None,
-                       "host_s": host}  # where the window's host time went (host_times.py)
-            context.update(optimizer_losses(read.entries))  # several optimizers: each one's loss
-            for sink in self._sinks:
-                sink.write(window, context)
 
     # --- outputs ---------------------------------------------------------------------------------------------------
 
@@ -385,7 +365,7 @@ class TrainingMonitor:
         )
         for sink in opened:
             stack.callback(sink.close)
-        self._sinks.extend(opened)
+        self._windows.sinks.extend(opened)
         if self.rank == 0 and not self.quiet:
             sinks.echo_to_console(stack)
 

@@ -18,7 +18,7 @@ from .errors import ConfigError, check_option_names
 OPTIONS = (
     "model", "optimizer", "train_loader", "log_dir", "log_every", "warmup_steps", "start_step",
     "samples_per_step", "scaler", "accumulate", "rank", "quiet", "profile", "precision", "seed", "tune", "shapes",
-    "tensorboard", "callbacks",
+    "health", "tensorboard", "callbacks",
 )
 
 

@@ -156,9 +156,13 @@ def metrics_line(window: Window, context: dict) -> bytes:
     return line.encode()
 
 
+# fields a feature adds to a window's line (Callback.on_window) that TensorBoard shows as ``train/<field>``
+TENSORBOARD_FIELDS = ("grad_norm",)
+
+
 class TensorBoardSink:
     """TensorBoard scalars, one point per log line at the line's step: ``train/loss``, ``train/steps_per_sec`` and,
-    when samples are counted, ``train/samples_per_sec``.
+    when samples are counted, ``train/samples_per_sec``; ``train/grad_norm`` when the health feature is on.
 
     TensorBoard writes from a thread of its own: a full disk ends that thread with a traceback on stderr and shows
     at the next ``add_scalar``. While the sink is open, such an error of its writer thread is the sink's failure
@@ -185,6 +189,9 @@ class TensorBoardSink:
             writer.add_scalar("train/steps_per_sec", window.steps_per_sec, step, walltime=when)
             if window.samples_per_sec is not None:
                 writer.add_scalar("train/samples_per_sec", window.samples_per_sec, step, walltime=when)
+            for key in TENSORBOARD_FIELDS:
+                if context.get(key) is not None:
+                    writer.add_scalar(f"train/{key}", context[key], step, walltime=when)
         except Exception as exc:  # its writer thread's error (a full disk) shows here, as any error of its own
             self._fail(exc)
 

@@ -57,13 +57,15 @@ class _PendingRead:
     as the monitor's own read-back, one per log line, and the advisor does not report them as host syncs to fix.
     """
 
-    __slots__ = ("entries", "_tensors", "_host", "_event")
+    __slots__ = ("entries", "_tensors", "_host", "_event", "extra", "extra_values")
 
-    def __init__(self, entries: list, tensors: list, host: Optional[torch.Tensor], event: Any):
+    def __init__(self, entries: list, tensors: list, host: Optional[torch.Tensor], event: Any, extra: int = 0):
         self.entries = entries
         self._tensors = tensors
         self._host = host
         self._event = event
+        self.extra = extra  # values riding along after the losses (read_back's ``extra``)
+        self.extra_values: list = []
 
     def ready(self, force: bool) -> bool:
         if self._event is None:
@@ -81,6 +83,11 @@ class _PendingRead:
             return self._values()
 
     def _values(self) -> list:
+        if self.extra:
+            flat = self._host.tolist() if self._host is not None else self._tensors[0].tolist()
+            self.extra_values = flat[len(flat) - self.extra:]
+            it = iter(flat[:len(flat) - self.extra])
+            return [None if e.loss is None else float(next(it)) for e in self.entries]
         if self._host is not None:
             flat = self._host.numpy().tolist()
         elif self._tensors:  # one scalar at log_every=1 (or a (1,) loss), else the window's losses stacked: one read
@@ -100,9 +107,15 @@ def _torch_profiling() -> bool:
     return True if enabled is None else bool(enabled())
 
 
-def read_back(entries: list, lag: bool) -> _PendingRead:
-    """Start reading the step losses of ``entries``: one stacked transfer, non-blocking on an accelerator."""
+def read_back(entries: list, lag: bool, extra: Optional[torch.Tensor] = None) -> _PendingRead:
+    """Start reading the step losses of ``entries``: one stacked transfer, non-blocking on an accelerator.
+
+    ``extra``: device values the features read with these losses (a feature's per-step gradient norms), flattened
+    into the same transfer; they come back as the read's ``extra_values``.
+    """
     tensors = [e.loss for e in entries if e.loss is not None]
+    if extra is not None:
+        return _read_with_extra(entries, tensors, extra, lag)
     if not tensors:
         return _PendingRead(entries, [], None, None)
     if not lag or tensors[0].is_cpu:  # a host tensor is read where it lies: nothing to wait for
@@ -115,6 +128,23 @@ def read_back(entries: list, lag: bool) -> _PendingRead:
         return _PendingRead(entries, [stacked], None, None)
     event.record()
     return _PendingRead(entries, [], host, event)
+
+
+def _read_with_extra(entries: list, tensors: list, extra: torch.Tensor, lag: bool) -> _PendingRead:
+    dev = extra.device
+    dtype = torch.float64 if dev.type == "cpu" else torch.float32  # a float64 loss on the host stays exact
+    flat = extra.detach().reshape(-1).to(dtype)
+    if tensors:
+        flat = torch.cat([torch.stack([t.detach().to(dev).reshape(()) for t in tensors]).to(dtype), flat])
+    if not lag or flat.is_cpu:
+        return _PendingRead(entries, [flat], None, None, extra.numel())
+    host = torch.empty(flat.shape, dtype=flat.dtype, pin_memory=True)
+    host.copy_(flat, non_blocking=True)
+    event = device.new_event(dev.type)
+    if event is None:
+        return _PendingRead(entries, [flat], None, None, extra.numel())
+    event.record()
+    return _PendingRead(entries, [], host, event, extra.numel())
 
 
 def _stacked(tensors: list) -> torch.Tensor:

@@ -69,7 +69,8 @@ def test_log_every_k_shows_the_mean_step_loss_of_the_window(setup, tmp_path):
     assert records[0]["step_losses"] == pytest.approx(seen[0:3])
 
 
-def test_no_host_reads_between_log_steps(setup, tmp_path, monkeypatch):
+@pytest.mark.parametrize("health", [None, True])
+def test_no_host_reads_between_log_steps(setup, tmp_path, monkeypatch, health):
     model, optimizer, loader = setup
     calls = []
     for name in ("item", "cpu", "tolist", "numpy", "__float__"):
@@ -82,15 +83,16 @@ def test_no_host_reads_between_log_steps(setup, tmp_path, monkeypatch):
 
         monkeypatch.setattr(torch.Tensor, name, counting)
     long_loader = DataLoader(synthetic_classification(n=160), batch_size=8)  # 20 steps
-    with TrainingMonitor(model, optimizer, long_loader, log_dir=tmp_path, quiet=True, log_every=5):
+    with TrainingMonitor(model, optimizer, long_loader, log_dir=tmp_path, quiet=True, log_every=5, health=health):
         for x, y in long_loader:
             loss = F.cross_entropy(model(x), y)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-    # one read per log line (4 lines), none on the 16 other steps
+    # one read per log line (4 lines), none on the 16 other steps; the health feature's gradient norms ride along
     assert len(read_log(tmp_path)) == 4
     assert calls == ["tolist"] * 4
+    assert all((r.get("grad_norm") is not None) == bool(health) for r in read_jsonl(tmp_path / "metrics.jsonl"))
 
 
 def test_everything_is_restored_after_the_block_even_when_it_raises(setup, tmp_path):

@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 from typing import NoReturn
 
-from . import advise, demo, dumps, logs, report, run, shapes, traces
+from . import advise, demo, dumps, health, logs, report, run, shapes, traces
 
 # Each module has add_commands(subparsers) and imports nothing heavy at module level, so --help stays fast.
 # The order is the order of `ascend-tune --help`.
-COMMAND_MODULES: tuple = (run, demo, traces, logs, dumps, shapes, advise, report)
+COMMAND_MODULES: tuple = (run, demo, traces, logs, dumps, shapes, health, advise, report)
 
 DESCRIPTION = "``ascend-tune``: thin subcommands over the package. Exit 0 = pass, 1 = a check failed, 2 = bad input."
 

@@ -75,12 +75,32 @@ def loss_lines(result: LossComparison, plots: tuple = (), logs: tuple = ()) -> l
         f"  final loss          base {_g(result.final_base)}, target {_g(result.final_target)}, gap "
         f"{_g(result.final_gap)} ({_pct(result.final_rel_gap)}) at step {result.final_step}",
     ]
+    lines += grad_norm_lines(result)
     verdict = "ALIGNED" if result.aligned else "NOT ALIGNED"
     lines.append(f"  verdict             {verdict} (aligned when the mean relative gap < {result.threshold:.2%}"
                  " and the target has no inf/NaN loss)")
     if plots:
         lines.append(f"  plots               {', '.join(plots)}")
     lines += [f"  note: {note}" for note in result.notes]
+    return lines
+
+
+def grad_norm_lines(result: LossComparison) -> list:
+    """The gradient-norm lines of compare-loss (none when a log has no gradient norms)."""
+    g = result.grad
+    if g is None:
+        return []
+    loss_at = (f"step {result.first_parting_step}" if result.first_parting_step is not None else
+               "no step")
+    grad_at = f"step {g.first_parting_step}" if g.first_parting_step is not None else "no step"
+    lines = [
+        f"  grad norm gap       mean relative {_pct(g.mean_rel_gap)}, max {_pct(g.max_rel_gap)}"
+        + (f" at step {g.max_rel_gap_step}" if g.max_rel_gap_step is not None else "") + f" ({g.compared} steps)",
+        f"  first parting       grad norm at {grad_at}, loss at {loss_at} (relative gap > {result.threshold:.2%})",
+    ]
+    if result.grad_parts_first:
+        lines.append(f"  grad norm parts first: look at step {g.first_parting_step} (dump it: precision=dict("
+                     f"steps=[{g.first_parting_step}]) in both runs, then compare-dump)")
     return lines
 
 

@@ -9,6 +9,8 @@ log_dir/
   report.html  report.md                      `ascend-tune report`'s page and its markdown twin
   dump/step{N}/[rank{R}/]  overflow.json      precision dumps (layout in formats.dump_layout)
   tensorboard/events.out.tfevents.*           the TensorBoard sink
+  anomalies.jsonl  health/modules.jsonl       the health feature: spikes, per-module statistics
+  (rank{R}/ holds the same two for each rank > 0)
   previous-<YYYYmmdd-HHMMSS>[-n]/             what an earlier run left, moved aside, never overwritten
 ```
 """
@@ -33,6 +35,9 @@ REPORT_HTML = "report.html"
 PROFILE_DIR = "profile"
 DUMP_DIR = "dump"
 TENSORBOARD_DIR = "tensorboard"
+ANOMALIES_JSONL = "anomalies.jsonl"
+HEALTH_DIR = "health"
+MODULES_JSONL = "modules.jsonl"
 PREVIOUS_PREFIX = "previous-"
 STEP_LOG_FILES = (LOG_TXT, METRICS_JSONL, SUMMARY_JSON)
 

@@ -108,6 +108,8 @@ class PrecisionCallback(Callback):
         self._replays: list = []
         self._error: Optional[str] = None
         self._ctx: Optional[RunContext] = None
+        self._armed: set = set()  # steps another feature asked for (dump_step)
+        self._begun: Optional[int] = None
 
     # --- the step clock -------------------------------------------------------------------------------------------
 
@@ -128,7 +130,8 @@ class PrecisionCallback(Callback):
                 logger.info("ascend_tune: %s", why)
 
     def on_step_begin(self, ctx: RunContext, step: int) -> None:
-        if self._done or self._active is not None or not self.config.selects_step(step):
+        self._begun = step
+        if self._done or self._active is not None or not (self.config.selects_step(step) or step in self._armed):
             return
         try:
             self._backend.start(step)
@@ -143,6 +146,19 @@ class PrecisionCallback(Callback):
     def on_step_end(self, ctx: RunContext, step: int) -> None:
         if self._active == step:
             self._end_step()
+
+    def dump_step(self, step: int) -> bool:
+        """Dump step ``step`` too: another feature asks (the health feature, after a spike). When ``step`` has begun
+        and is not dumped, the dump starts now (the caller knows the step's forward has not). False when this
+        callback cannot dump any more (a failed backend) or is no dump (an overflow check, a replay)."""
+        if self._error is not None or getattr(self._backend, "failed", None) or self.config.task not in (
+                "statistics", "tensor"):
+            return False
+        self._armed.add(step)
+        self._done = False
+        if step == self._begun and self._active is None and self._ctx is not None:
+            self.on_step_begin(self._ctx, step)
+        return True
 
     def on_exit(self, ctx: RunContext, exc_type: Optional[type]) -> None:
         if self._active is not None:
@@ -189,7 +205,8 @@ class PrecisionCallback(Callback):
             if first:
                 self._ctx.warn(_overflow_message(outcome.overflows[0], self._overflow_path()))
         last = self.config.last_step()
-        if (last is not None and step >= last) or (limit != -1 and len(self._overflows) >= limit):
+        self._armed.discard(step)
+        if (last is not None and step >= last and not self._armed) or (limit != -1 and len(self._overflows) >= limit):
             self._done = True
         if getattr(self._backend, "failed", None):
             self._done = True

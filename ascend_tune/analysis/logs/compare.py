@@ -20,6 +20,10 @@ count from 0; the comparison says how it paired them (``pairing``). What is pair
   a Trainer's ``loss`` with ``logging_steps`` > 1): the per-step losses are averaged over each window of the other,
   over windows whose every step is there (unit ``log window``);
 - neither does: line against line by their last step (unit ``log line``).
+
+When both logs record each step's gradient norm (:mod:`.grad_norm`), those are compared too, on the same step
+counting: their mean relative gap and the first step where they part beyond the threshold, beside the losses' first
+parting step (the gradient norm usually parts first). The verdict stays the losses'.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from typing import Optional
 import numpy as np
 
 from ...errors import InputError
+from .grad_norm import GradNormGap, compare_grad_norm
 from .model import LossLog
 
 
@@ -61,6 +66,16 @@ class LossComparison:
     final_rel_gap: float
     notes: tuple
     pairing: str = ""  # how the two logs' step numbers were put side by side
+    first_parting_step: Optional[int] = None  # the first compared step whose relative gap exceeds the threshold
+    grad: Optional[GradNormGap] = None  # the gradient norms compared, when both logs have them
+
+    @property
+    def grad_parts_first(self) -> bool:
+        """Whether the gradient norms part beyond the threshold before the losses do (or the losses never do)."""
+        g = self.grad
+        if g is None or g.first_parting_step is None:
+            return False
+        return self.first_parting_step is None or g.first_parting_step < self.first_parting_step
 
     @property
     def aligned(self) -> bool:
@@ -68,7 +83,10 @@ class LossComparison:
 
     def as_dict(self) -> dict:
         """The numbers, JSON-ready (no arrays)."""
-        out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("steps", "base_loss", "target_loss")}
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__
+               if k not in ("steps", "base_loss", "target_loss", "grad")}
+        out["grad_norm"] = self.grad.as_dict() if self.grad is not None else None
+        out["grad_parts_first"] = self.grad_parts_first
         out["notes"] = list(self.notes)
         out["aligned"] = self.aligned
         return out
@@ -114,6 +132,12 @@ def compare_loss(base: LossLog, target: LossLog, threshold: float = 0.05, align:
     gap = np.abs(a[keep] - b[keep])
     rel = gap / np.abs(a[keep])
     kept_x = x[keep]
+    parting = np.flatnonzero(rel > threshold)
+    first_parting = int(kept_x[parting[0]]) if parting.size else None
+    if target_bad.any():
+        bad = int(x[np.flatnonzero(target_bad)[0]])
+        first_parting = bad if first_parting is None else min(first_parting, bad)
+    grad = compare_grad_norm(base, target, threshold, _origin(base, target)) if align == "step" else None
     if rel.size:
         worst = int(np.argmax(rel))
         stats = (float(gap.mean()), float(rel.mean()), float(rel[worst]), int(kept_x[worst]))
@@ -131,7 +155,7 @@ def compare_loss(base: LossLog, target: LossLog, threshold: float = 0.05, align:
         only_target=int(only_target), excluded=int((~usable).sum()), target_nonfinite=int(target_bad.sum()),
         mean_abs_gap=stats[0], mean_rel_gap=stats[1], max_rel_gap=stats[2], max_rel_gap_step=stats[3],
         final_step=last[0], final_base=last[1], final_target=last[2], final_gap=last[3], final_rel_gap=last[4],
-        notes=tuple(notes), pairing=pairing,
+        notes=tuple(notes), pairing=pairing, first_parting_step=first_parting, grad=grad,
     )
 
 

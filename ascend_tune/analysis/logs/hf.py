@@ -75,8 +75,12 @@ def read_trainer_state(path: str, loss_key: Optional[str] = None) -> LossLog:
     first[1:] = steps[:-1] + 1
     first = np.where(first <= steps, first, steps)  # a restarted run: the step is a window of its own
     per_step = key.name != WINDOW_MEAN_KEY or bool(np.all(first == steps))
+    graded = [r for r in rows if is_number(r.get("grad_norm"))]  # the logging step's own gradient norm
+    grad_steps = np.array([int(r["step"]) for r in graded], dtype=np.int64) if graded else None
+    grad_norms = floats([r["grad_norm"] for r in graded]) if graded else None
     return LossLog(
         path, "hf", steps, losses, nan_column(steps.size), nan_column(steps.size),
         steps if per_step else None, losses if per_step else None, len(malformed), tuple(malformed[:3]), events,
         recorded_first_steps=first, step_origin=STEP_ORIGIN, loss_key=key, validation=validation, run_rate=run_rate,
+        grad_steps=grad_steps, grad_norms=grad_norms,
     )

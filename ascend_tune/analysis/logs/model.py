@@ -58,7 +58,9 @@ class LossLog:
     the records' wall-clock seconds where the format has them and no rate (TensorBoard), ``run_rate`` a rate of
     the whole run only (Hugging Face). ``events`` counts records that are not steps (metrics.jsonl events, a
     Trainer's final summary, TensorBoard's non-scalar events), ``validation`` the validation / evaluation rows
-    skipped, ``loss_key`` what was read as the loss where the format has a choice.
+    skipped, ``loss_key`` what was read as the loss where the format has a choice. ``grad_steps`` / ``grad_norms``
+    are each step's gradient norm where the log records it (metrics.jsonl's ``step_grad_norms``, a Trainer's
+    ``grad_norm``), else None.
     """
 
     source: str
@@ -80,6 +82,8 @@ class LossLog:
     validation: int = 0
     wall_times: Optional[np.ndarray] = None
     run_rate: Optional[RunRate] = None
+    grad_steps: Optional[np.ndarray] = None  # the steps whose gradient norm the log records (its own counting)
+    grad_norms: Optional[np.ndarray] = None  # each one's gradient norm (the health feature's, a Trainer's grad_norm)
 
     @property
     def lines(self) -> int:

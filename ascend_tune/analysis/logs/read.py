@@ -208,10 +208,26 @@ def _parse_jsonl(path: str, text: str) -> LossLog:
     first = np.array([_float(r.get("first_step")) for r in records], dtype=np.float64)
     per_step = _per_step(records)
     step_numbers, step_losses = per_step if per_step else (None, None)
+    grad_steps, grad_norms = _grad_norms(records)
     return LossLog(
         path, "jsonl", steps, losses, rates, samples, step_numbers, step_losses,
-        len(broken), tuple(broken[:_EXAMPLES]), events, first,
+        len(broken), tuple(broken[:_EXAMPLES]), events, first, grad_steps=grad_steps, grad_norms=grad_norms,
     )
+
+
+def _grad_norms(records: list) -> tuple:
+    """(steps, gradient norms) from the health feature's ``step_grad_norms`` (each record's steps ``first_step`` ..
+    ``step``), or (None, None) when no record has them."""
+    numbers: list = []
+    values: list = []
+    for r in records:
+        first, last, per = r.get("first_step"), r.get("step"), r.get("step_grad_norms")
+        if _is_number(first) and isinstance(per, list) and len(per) == last - first + 1:
+            numbers.extend(range(int(first), int(last) + 1))
+            values.extend(_float(v) for v in per)
+    if not numbers:
+        return None, None
+    return np.array(numbers, dtype=np.int64), np.array(values, dtype=np.float64)
 
 
 def _per_step(records: list) -> Optional[tuple]:

@@ -73,6 +73,25 @@ def loss_comparison_pngs(result: LossComparison) -> dict:
     return {LOSS_CURVES: curves, LOSS_GAPS: _png(fig, Canvas)}
 
 
+def grad_norm_png(result: LossComparison) -> bytes:
+    """Both runs' gradient norms per step (``result.grad``), the first parting step marked."""
+    Figure, Canvas = _matplotlib()
+    g = result.grad
+    fig = Figure(figsize=(9, 4.5), dpi=100)
+    ax = fig.add_subplot()
+    ax.plot(g.steps, g.base, label=f"base: {_short(result.base)}", linewidth=1)
+    ax.plot(g.steps, g.target, label=f"target: {_short(result.target)}", linewidth=1, alpha=0.8)
+    if g.first_parting_step is not None:
+        ax.axvline(g.first_parting_step, color="gray", linestyle="--", linewidth=1,
+                   label=f"first parting (step {g.first_parting_step})")
+    ax.set_xlabel("step")
+    ax.set_ylabel("gradient norm")
+    ax.set_title(f"Gradient norms (mean relative gap {g.mean_rel_gap:.2%})")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    return _png(fig, Canvas)
+
+
 def loss_curve_png(log: LossLog) -> bytes:
     """One run's loss curve as PNG bytes: one point per optimizer step when the log has them, else per line."""
     Figure, Canvas = _matplotlib()
@@ -129,6 +148,8 @@ def report_images(report: RunReport) -> dict:
     if report.comparison is not None:
         images = {"loss curves": None, "loss gap": None}
         images["loss curves"], images["loss gap"] = loss_comparison_pngs(report.comparison).values()
+        if report.comparison.grad is not None:
+            images["grad norms"] = grad_norm_png(report.comparison)
         if report.alignment is not None:
             runs.insert(0, ("reference", report.alignment.log, report.alignment.throughput))
     else:

@@ -102,6 +102,8 @@ def _captions(report: RunReport) -> dict:
         "loss curves": "Both runs' loss at each step: where the curves part, the gap below grows.",
         "loss gap": f"Top: the absolute gap at each step; bottom: the relative gap against the {threshold} "
                     "threshold (dashed).",
+        "grad norms": "Both runs' gradient norm at each step (health=True, a Trainer's grad_norm): it usually parts "
+                      "before the loss does.",
         "steps/sec": "Steps/sec of each log line: the shaded warm-up is left out of the medians (dashed); single "
                      "dips are machine noise or profiled steps.",
     }
@@ -134,7 +136,7 @@ def _sections(report: RunReport, dump_csv: Optional[str] = None) -> list:
     if report.comparison is not None:
         c = report.comparison
         out.append(Section("Loss against the baseline", _comparison_rows(c), next_steps.loss(report),
-                           figures=("loss curves", "loss gap")))
+                           figures=("loss curves", "loss gap", "grad norms")))
     out.append(_throughput_section(report, s))
     if report.ranks is not None:
         r = report.ranks
@@ -217,6 +219,14 @@ def _comparison_rows(c: LossComparison) -> list:
         rows.append(f"largest relative gap {c.max_rel_gap:.2%} at {{step:{c.max_rel_gap_step}}}")
     if c.final_step is not None:
         rows.append(f"final {{step:{c.final_step}}}: baseline {c.final_base:.4f}, this run {c.final_target:.4f}")
+    g = c.grad
+    if g is not None:
+        rows.append(f"gradient norm: mean relative gap {g.mean_rel_gap:.2%} over {g.compared} steps; first parting "
+                    "beyond the threshold: gradient norm at "
+                    + (f"{{step:{g.first_parting_step}}}" if g.first_parting_step is not None else "no step")
+                    + ", loss at "
+                    + (f"{{step:{c.first_parting_step}}}" if c.first_parting_step is not None else "no step")
+                    + (" (the gradient norm parts first: look there)" if c.grad_parts_first else ""))
     rows.append(f"baseline: {c.base}")
     rows.append(f"steps: {c.pairing}")
     return rows + list(c.notes)

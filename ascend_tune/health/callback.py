@@ -1,0 +1,213 @@
+"""The ``health=`` option of TrainingMonitor: gradient norm per step, module statistics at chosen steps, spikes.
+
+Per step nothing is read back: the step's ``[grad_norm, grad_nonfinite]`` (:mod:`.gradients`) stays on the device
+and rides along with the losses' read-back at the log step (``Callback.read_along``); the spike rule
+(:mod:`.spikes`) then judges each step of the window, so anomalies are found at log steps, never between them.
+An anomaly is an ``anomaly`` event in metrics.jsonl, a line in ``anomalies.jsonl``, one console warning, with the
+sample indices of the step's batches when the passed loader is a ``DataLoader`` (``ctx.batches``). ``on_anomaly``
+then arms a statistics dump (the precision feature: the user's own ``precision=`` callback when on, else one made
+through the feature registry with the builtin engine) or module statistics for the next whole step: the step under
+way when the read-back came at its first batch (the CPU, a passed loader), else the one after it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Optional
+
+import torch
+
+from ..analysis.health import anomaly_line
+from ..callbacks import Callback, build_feature
+from ..formats.atomic import make_folder
+from ..formats.run_dir import ANOMALIES_JSONL, HEALTH_DIR, MODULES_JSONL, rank_dir_name
+from ..outputs import LineFile
+from ..recording.frames import internal
+from ..sinks import json_line
+from .config import HealthConfig
+from .gradients import GradNorms
+from .modules import ModuleStats
+from .spikes import SpikeRule
+
+if TYPE_CHECKING:
+    from ..context import RunContext
+
+logger = logging.getLogger("ascend_tune")
+METRICS = ("loss", "grad_norm")
+
+
+def build_callback(value: Any, ctx: RunContext) -> Optional[HealthCallback]:
+    """The monitor's factory for ``health=``: a :class:`HealthCallback`, or None when off
+    (``value`` None: ``ASCEND_TUNE_HEALTH``)."""
+    config = HealthConfig.from_option(value)
+    return None if config is None else HealthCallback(config)
+
+
+class HealthCallback(Callback):
+    """Drives the health feature from the step clock (see the module docstring)."""
+
+    name = "health"
+
+    def __init__(self, config: HealthConfig):
+        self.config = config
+        self._norms = GradNorms()
+        self._modules: Optional[ModuleStats] = None
+        self._pending: dict = {}  # step -> device [grad_norm, grad_nonfinite]
+        self._indices: dict = {}  # step -> the sample indices of its batches
+        self._skipped: set = set()
+        self._rules = {m: SpikeRule(config.window, config.warmup, config.threshold, config.min_rise) for m in METRICS}
+        self._anomalies: list = []
+        self._module_steps: list = []
+        self._armed: set = set()  # steps whose module statistics an anomaly asked for
+        self._begun: Optional[int] = None
+        self._dump: Any = None
+        self._own_dump = False
+        self._dumps_armed: list = []
+        self._nan: dict = {}
+        self._files: dict = {}
+
+    # --- the step clock ---------------------------------------------------------------------------------------------
+
+    def on_enter(self, ctx: RunContext, stack: contextlib.ExitStack) -> None:
+        self._ctx, self._stack = ctx, stack
+        self._first = ctx.start_step
+        if (self.config.modules or self.config.on_anomaly == "modules") and ctx.models:
+            self._modules = ModuleStats(ctx.models, self.config.targets)
+            stack.callback(self._modules.close)
+        self._norms.install(stack, ctx.optimizer, self._before_step)
+        if ctx.batches is not None:
+            ctx.batches.start()
+        folder = ctx.run_dir.root if ctx.rank == 0 else ctx.run_dir.path(rank_dir_name(ctx.rank))
+        make_folder(folder)
+        resume = ctx.start_step > 0
+        self._files["anomalies"] = LineFile(f"{folder}/{ANOMALIES_JSONL}", resume, ctx.outputs)
+        stack.callback(self._files["anomalies"].close)
+        if self._modules is not None:
+            make_folder(f"{folder}/{HEALTH_DIR}")
+            self._files["modules"] = LineFile(f"{folder}/{HEALTH_DIR}/{MODULES_JSONL}", resume, ctx.outputs)
+            stack.callback(self._files["modules"].close)
+
+    def on_step_begin(self, ctx: RunContext, step: int) -> None:
+        self._begun = step
+        if self._own_dump:
+            self._dump.on_step_begin(ctx, step)
+        if self._modules is not None and (self.config.module_step(step, self._first) or step in self._armed):
+            self._modules.begin()
+
+    def on_step_end(self, ctx: RunContext, step: int) -> None:
+        value = self._norms.take()
+        if value is not None:
+            self._pending[step] = value
+        if ctx.batches is not None and ctx.batches.on:
+            self._indices[step] = [i for i in ctx.batches.take() if i is not None] or None
+        if self._modules is not None and self._modules.recording:
+            records = self._modules.end(step, ctx.rank)
+            self._module_steps.append(step)
+            self._files["modules"].write(b"".join(json_line(r) for r in records))
+        self._armed.discard(step)
+        if self._own_dump:
+            self._dump.on_step_end(ctx, step)
+
+    def read_along(self, ctx: RunContext, entries: list) -> Any:
+        values = [self._pending.pop(e.step, None) for e in entries]
+        self._skipped.update(e.step for e in entries if e.skipped)
+        known = next((v for v in values if v is not None), None)
+        if known is not None:
+            dev = known.device
+        else:
+            dev = next((e.loss.device for e in entries if isinstance(e.loss, torch.Tensor)), torch.device("cpu"))
+        with internal():
+            nan = self._nan_on(dev)
+            return torch.stack([nan if v is None else v.to(dev) for v in values])
+
+    def on_window(self, ctx: RunContext, window: Any, values: list) -> Optional[dict]:
+        counts = [None if math.isnan(c) else c for c in values[1::2]]
+        # (NaN, NaN) is a step without a value; a NaN norm with a count is a NaN gradient
+        norms = [None if math.isnan(v) and c is None else v for v, c in zip(values[0::2], counts)]
+        for i, step in enumerate(range(window.first_step, window.last_step + 1)):
+            if i >= len(norms):
+                break
+            self._judge(ctx, step, "loss", window.losses[i], counts[i])
+            if step not in self._skipped:  # GradScaler skips the steps whose gradients overflow: by design
+                self._judge(ctx, step, "grad_norm", norms[i], counts[i])
+            self._skipped.discard(step)
+            self._indices.pop(step, None)
+        seen = [v for v in norms if v is not None]
+        nonfinite = [int(c) for c in counts if c is not None]
+        return {"grad_norm": sum(seen) / len(seen) if seen else None, "step_grad_norms": norms,
+                "grad_nonfinite": sum(nonfinite) if nonfinite else None}
+
+    def on_exit(self, ctx: RunContext, exc_type: Optional[type]) -> None:
+        if self._own_dump:
+            self._dump.on_exit(ctx, exc_type)
+
+    def summary(self) -> Optional[dict]:
+        first = self._anomalies[0] if self._anomalies else None
+        out = {"anomalies": len(self._anomalies), "first_anomaly": first, "module_steps": self._module_steps,
+               "on_anomaly": self.config.on_anomaly, "dumps_armed": self._dumps_armed}
+        if self._own_dump:
+            out["dump"] = self._dump.summary()
+        return out
+
+    # --- anomalies --------------------------------------------------------------------------------------------------
+
+    def _judge(self, ctx: RunContext, step: int, metric: str, value: Optional[float], count: Optional[float]) -> None:
+        verdict = self._rules[metric].judge(value)
+        if verdict is None:
+            return
+        c = self.config
+        record = {"step": step, "metric": metric, "value": verdict.value, "baseline": verdict.baseline,
+                  "spread": verdict.spread, "rule": verdict.describe(c.threshold, c.min_rise, c.window),
+                  "indices": self._indices.get(step), "rank": ctx.rank}
+        if metric == "grad_norm" and count is not None:
+            record["grad_nonfinite"] = int(count)
+        self._anomalies.append(record)
+        self._files["anomalies"].write(json_line(record))
+        ctx.record_event("anomaly", **{k: v for k, v in record.items() if k != "rank"})
+        logger.warning("ascend_tune: %s", anomaly_line(record))
+        self._respond(ctx)
+
+    def _respond(self, ctx: RunContext) -> None:
+        """``on_anomaly``: arm the next whole step(s)."""
+        if self.config.on_anomaly == "warn" or self._begun is None:
+            return
+        batches = ctx.batches
+        now = batches is not None and batches.on and batches.pending == 1  # read at the step's first batch
+        first = self._begun if now else self._begun + 1
+        steps = range(first, first + self.config.anomaly_steps)
+        if self.config.on_anomaly == "modules" and self._modules is not None:
+            self._armed.update(steps)
+            if now and not self._modules.recording:
+                self._modules.begin()
+        elif self.config.on_anomaly == "dump":
+            for step in steps:
+                if step not in self._dumps_armed and self._arm_dump(ctx, step):
+                    self._dumps_armed.append(step)
+
+    def _arm_dump(self, ctx: RunContext, step: int) -> bool:
+        if self._dump is None:
+            self._dump = ctx.feature("precision")
+            if self._dump is None:  # none asked for: the registry's precision feature, builtin statistics
+                self._dump = build_feature("precision", {"task": "statistics", "level": "L1", "steps": [step],
+                                                         "backend": "builtin"}, ctx)
+                self._own_dump = True
+                self._dump.on_enter(ctx, self._stack)
+                self._dump.on_step_begin(ctx, self._begun)  # the step under way (dumped from now when it is `step`)
+        arm = getattr(self._dump, "dump_step", None)
+        if arm is None:
+            ctx.warn("health: on_anomaly='dump' needs one precision item (a list of them cannot be armed)")
+            self.config = replace(self.config, on_anomaly="warn")
+            return False
+        return bool(arm(step))
+
+    def _before_step(self) -> None:
+        if self._modules is not None and self._modules.recording:
+            self._modules.before_step()
+
+    def _nan_on(self, dev: torch.device) -> torch.Tensor:
+        if dev not in self._nan:
+            self._nan[dev] = torch.full((2,), math.nan, device=dev)
+        return self._nan[dev]

@@ -1,0 +1,76 @@
+"""A log window's way from the step clock to the sinks.
+
+At a log step the window's step losses, and what features read along with them (a callback's ``read_along``: the
+health feature's gradient norms), start back to the host in one transfer (:func:`~.step_clock.read_back`). On the
+host, or on a device without events, the window is written at once; on an accelerator the read lags: it is written
+at the next step once its event has passed, so a log step never stalls the device. A written window is added to the
+run's totals, shown to the features (``on_window``: the fields they add to the line) and written to every sink with
+the run's context (epoch, rank, memory, where the host time went, each optimizer's loss).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from . import device, step_clock
+from .host_times import HostTimes
+from .steps import optimizer_losses
+
+
+class LogWindows:
+    """The windows closed but not yet written (``pending``), and the sinks they go to.
+
+    Parameters:
+        totals: the run's totals, which every written window is added to.
+        host: the host times of the window under way (``host_s``).
+        rank, world_size: this process's place in the run.
+        device_info: the run's device (its peak memory goes with each line), or None.
+    """
+
+    def __init__(self, totals: step_clock.RunTotals, host: HostTimes, rank: int, world_size: int,
+                 device_info: Optional[device.DeviceInfo]):
+        self.totals = totals
+        self.host = host
+        self.rank = rank
+        self.world_size = world_size
+        self.device = device_info
+        self.sinks: list = []
+        self.pending: list = []
+
+    def close(self, clock: step_clock.StepClock, epoch: int, callbacks: Any, ctx: Any) -> None:
+        """Close the clock's window and start its read; write it now when it is already on the host."""
+        entries, seconds, samples = clock.close_window()
+        extra, layout = callbacks.read_along(ctx, entries) if callbacks.riders else (None, [])
+        read = step_clock.read_back(entries, lag=True, extra=extra)
+        window = (read, seconds, samples, epoch, self.host.take(), layout)
+        if not self.pending and read.ready(False):
+            self._write(window, callbacks, ctx)
+        else:
+            self.pending.append(window)
+            self.drain(False, callbacks, ctx)
+
+    def drain(self, force: bool, callbacks: Any, ctx: Any) -> None:
+        """Write the windows whose read has arrived (``force``: wait for them)."""
+        while self.pending and self.pending[0][0].ready(force):
+            self._write(self.pending.pop(0), callbacks, ctx)
+
+    def _write(self, pending: tuple, callbacks: Any, ctx: Any) -> None:
+        read, seconds, samples, epoch, host, layout = pending
+        window = step_clock.make_window(read.entries, seconds, samples, read.values())
+        self.totals.add(window)
+        fields = callbacks.window(ctx, window, read.extra_values, layout) if layout else None
+        if not self.sinks:
+            return
+        context = {  # what sinks.window_record adds to the window in metrics.jsonl
+            "epoch": epoch,
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "warmup": self.totals.warmup.holds(window.first_step),
+            "memory_mib": device.peak_memory_mib(self.device.kind) if self.device else None,
+            "host_s": host,  # where the window's host time went (host_times.py)
+        }
+        context.update(optimizer_losses(read.entries))  # several optimizers: each one's loss
+        if fields:
+            context.update(fields)
+        for sink in self.sinks:
+            sink.write(window, context)
