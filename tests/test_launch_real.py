@@ -1,7 +1,25 @@
-"""``ascend-tune run`` around unmodified third-party scripts (tests/thirdparty/README.md): nanoGPT, dcgan, torchrun.
+"""``ascend-tune run`` around training scripts it was never written into: nanoGPT, dcgan, torchrun, an HF Trainer.
 
 Each runs tiny (a few iterations of a tiny config, data made here) and is compared with the same script run bare and
 with the two lines written into a copy.
+
+The public scripts run exactly as their authors published them, read at test time (launch_helpers.copy_thirdparty)
+from a git checkout of their repository under ``$ASCEND_TUNE_MIRRORS`` (default /work/.mirror, one
+``owner+name/repo`` git directory each); none is kept in this project. A test whose checkout is absent skips, saying
+which repository to fetch; when the pinned commit is not in the checkout, its HEAD is used.
+
+- nanoGPT: https://github.com/karpathy/nanoGPT (MIT) at 3adf61e154c3fe3fca428ad6bc3818b27a3b8291, its train.py,
+  model.py and configurator.py;
+- dcgan: https://github.com/pytorch/examples (BSD-3-Clause) at 77f55b912142e11fcfdf5b530231fb9c52f181e8, its
+  dcgan/main.py.
+
+dcgan/main.py imports torchvision, which cannot be installed beside this project's torch: the test puts a stand-in
+on the path that provides only what ``--dataset fake`` touches (``datasets.FakeData``, ``transforms.ToTensor``,
+``utils.save_image``), made in the test itself.
+
+The Hugging Face test runs tests/scripts/hf_trainer_clm.py, ours, in the shape of transformers'
+``examples/pytorch/language-modeling/run_clm.py`` (that repository is too large to fetch here): offline, a GPT-2
+config, a tokenizer trained in the test with ``tokenizers`` and a local text file (``HF_HUB_OFFLINE=1``).
 """
 
 from __future__ import annotations
@@ -14,10 +32,8 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import read_jsonl, read_log
+from conftest import SEED_LINE, read_jsonl, read_log
 from launch_helpers import bare, copy_thirdparty, launch, our_lines
-
-from ascend_tune.formats.log_line import parse_log_line
 
 NANOGPT_ARGS = [
     "--device=cpu", "--compile=False", "--dtype=float32", "--dataset=tiny", "--n_layer=2", "--n_head=2",
@@ -59,7 +75,8 @@ def timeless(stdout: str) -> list:
 
 
 def losses(log_dir) -> list:
-    return [parse_log_line(line.encode())[:2] for line in read_log(log_dir)]
+    """``(step, loss)`` of each log.txt line."""
+    return [(int(m.group(1)), float(m.group(2))) for m in map(SEED_LINE.search, read_log(log_dir))]
 
 
 def test_nanogpt_unmodified_under_the_launcher_logs_each_iteration_as_the_two_lines_do(tmp_path):
@@ -138,7 +155,7 @@ def test_torchrun_exit_status_is_kept(tmp_path):
     assert json.loads((run / "summary.json").read_text())["steps"] == 16  # rank 0 trained to the end
 
 
-TORCHVISION = {  # the stand-in for what dcgan/main.py touches with --dataset fake (tests/thirdparty/README.md)
+TORCHVISION = {  # the stand-in for what dcgan/main.py touches with --dataset fake (the module's docstring)
     "__init__.py": "from . import datasets, transforms, utils  # noqa: F401\n",
     "datasets.py": (
         "import torch\n\n\n"
@@ -201,8 +218,8 @@ def test_dcgan_two_optimizers_each_loss_apart(tmp_path):
     assert [loss for _, loss in losses(two)] == [d for d, _ in printed]
 
 
-def run_clm_inputs(tmp_path) -> list:
-    """run_clm.py's arguments for a tiny GPT-2 trained from scratch offline: a config, a tokenizer trained here
+def clm_inputs(tmp_path) -> list:
+    """hf_trainer_clm.py's arguments for a tiny GPT-2 trained from scratch offline: a config, a tokenizer trained here
     (word level), a text file; 4 optimizer steps of 2 micro-batches each."""
     tokenizers = pytest.importorskip("tokenizers")
     transformers = pytest.importorskip("transformers")
@@ -224,15 +241,13 @@ def run_clm_inputs(tmp_path) -> list:
             "--dataloader_num_workers", "0"]
 
 
-def test_hf_run_clm_unmodified_one_line_per_optimizer_step_with_the_trainers_losses(tmp_path):
-    pytest.importorskip("datasets")
-    pytest.importorskip("evaluate")
-    args = run_clm_inputs(tmp_path)
-    root = os.path.join(os.path.dirname(__file__), "thirdparty", "hf_clm")
+def test_hf_trainer_script_one_line_per_optimizer_step_with_the_trainers_losses(tmp_path):
+    args = clm_inputs(tmp_path)
+    script = os.path.join(os.path.dirname(__file__), "scripts", "hf_trainer_clm.py")
     run, out = tmp_path / "run", tmp_path / "out"
-    offline = dict(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_HOME=str(tmp_path / "hf"))
-    proc = launch(["--log-dir", str(run), "--quiet"], [sys.executable, os.path.join(root, "run_clm.py"), *args,
-                                                        "--output_dir", str(out)], cwd=tmp_path, **offline)
+    offline = dict(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_HOME=str(tmp_path / "hf"))
+    proc = launch(["--log-dir", str(run), "--quiet"], [sys.executable, script, *args, "--output_dir", str(out)],
+                  cwd=tmp_path, **offline)
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
     state = json.loads((out / "trainer_state.json").read_text())
     logged = [h["loss"] for h in state["log_history"] if "loss" in h]
