@@ -126,20 +126,19 @@ class CallbackSet:
 
     def step_begin(self, ctx: RunContext, step: int) -> None:
         """``on_step_begin(step)`` of each callback that has one."""
-        for cb in self._begin:
-            try:
-                cb.on_step_begin(ctx, step)
-            except Exception as exc:
-                if not self._drop(cb, "on_step_begin", exc):
-                    raise
+        self._each_step(self._begin, "on_step_begin", ctx, step)
 
     def step_end(self, ctx: RunContext, step: int) -> None:
         """``on_step_end(step)`` of each callback that has one."""
-        for cb in self._end:
+        self._each_step(self._end, "on_step_end", ctx, step)
+
+    def _each_step(self, callbacks: list, hook: str, ctx: RunContext, step: int) -> None:
+        """``hook(ctx, step)`` of each of ``callbacks``; one that fails is dropped (or its error raised)."""
+        for cb in callbacks:
             try:
-                cb.on_step_end(ctx, step)
+                getattr(cb, hook)(ctx, step)
             except Exception as exc:
-                if not self._drop(cb, "on_step_end", exc):
+                if not self._drop(cb, hook, exc):
                     raise
 
     def read_along(self, ctx: RunContext, entries: list) -> tuple:
