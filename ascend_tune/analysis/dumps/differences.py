@@ -23,7 +23,7 @@ correct runs may show (per dtype, op family and size): :mod:`.tolerance`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Callable, NamedTuple, Optional
 
 import numpy as np
@@ -168,8 +168,7 @@ class ReplayError:
 
     def as_dict(self) -> dict:
         """A JSON-ready dict (inf stays a float: json writes ``Infinity``)."""
-        return {"max_abs_err": self.max_abs_err, "max_rel_err": self.max_rel_err, "err_ratio": self.err_ratio,
-                "norm_err": self.norm_err, "nonfinite": self.nonfinite}
+        return asdict(self)
 
     @classmethod
     def from_dict(cls, entry: dict) -> ReplayError:

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Optional
 
 # one set of dtype spellings: torch's (``torch.float32``), numpy's and the aliases torch keeps (``half``, ``double``)
@@ -153,8 +153,7 @@ class Standard:
 
     def as_dict(self) -> dict:
         """A JSON-ready dict."""
-        return {"dtype": self.dtype, "rtol": self.rtol, "max_err_ratio": self.max_err_ratio,
-                "max_norm_err": self.max_norm_err}
+        return asdict(self)
 
     def text(self) -> str:
         """One CSV cell: ``float32: rtol 0.0001, err_ratio <= 0.001, norm_err <= 0.0001``."""
