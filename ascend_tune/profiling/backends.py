@@ -48,15 +48,24 @@ def build_torch(session: Session, kind: str) -> Any:
     activities = [tp.ProfilerActivity.CPU]
     if kind == "cuda":
         activities.append(tp.ProfilerActivity.CUDA)
-    inner = tp.schedule(
-        wait=cfg.wait, warmup=cfg.warmup, active=cfg.active, repeat=cfg.repeat, skip_first=cfg.skip_first
-    )
     handler = tp.tensorboard_trace_handler(
         session.rank_dir, worker_name=f"rank{session.rank}_{socket.gethostname()}_{os.getpid()}", use_gzip=cfg.gzip
     )
-    return _step_named_profile(tp)(
-        activities=activities,
-        schedule=session.wrap_schedule(inner, tp.ProfilerAction.NONE),
+    return _step_named_profile(tp)(activities=activities, **_profile_options(session, tp, handler))
+
+
+def _profile_options(session: Session, profiler: Any, handler: Any) -> dict:
+    """The keywords torch's and torch_npu's ``profile`` share: the wrapped schedule and handler, what to record.
+
+    ``profiler`` is ``torch.profiler`` or ``torch_npu.profiler``; torch_npu's ``schedule`` takes (wait, active,
+    warmup, ...) positionally, torch's (wait, warmup, active): keywords.
+    """
+    cfg = session.config
+    inner = profiler.schedule(
+        wait=cfg.wait, warmup=cfg.warmup, active=cfg.active, repeat=cfg.repeat, skip_first=cfg.skip_first
+    )
+    return dict(
+        schedule=session.wrap_schedule(inner, profiler.ProfilerAction.NONE),
         on_trace_ready=session.wrap_trace_handler(handler),
         record_shapes=cfg.record_shapes,
         profile_memory=cfg.profile_memory,
@@ -111,10 +120,6 @@ def build_npu(session: Session) -> Any:
         raise DeviceError("profiling on the NPU needs torch_npu, which is not usable here; run `ascend-tune device`")
     npu_prof = torch_npu.profiler
     cfg = session.config
-    # torch_npu's schedule takes (wait, active, warmup, ...) positionally, torch's (wait, warmup, active): keywords.
-    inner = npu_prof.schedule(
-        wait=cfg.wait, warmup=cfg.warmup, active=cfg.active, repeat=cfg.repeat, skip_first=cfg.skip_first
-    )
     experimental = npu_prof._ExperimentalConfig(
         aic_metrics=_npu_constant(npu_prof, "AiCMetrics", cfg.aic_metrics),
         profiler_level=_npu_constant(npu_prof, "ProfilerLevel", cfg.profiler_level),
@@ -127,13 +132,8 @@ def build_npu(session: Session) -> Any:
     )
     return npu_prof.profile(
         activities=[npu_prof.ProfilerActivity.CPU, npu_prof.ProfilerActivity.NPU],
-        schedule=session.wrap_schedule(inner, npu_prof.ProfilerAction.NONE),
-        on_trace_ready=session.wrap_trace_handler(handler),
-        record_shapes=cfg.record_shapes,
-        profile_memory=cfg.profile_memory,
-        with_stack=cfg.with_stack,
-        with_modules=cfg.with_modules,
         experimental_config=experimental,
+        **_profile_options(session, npu_prof, handler),
     )
 
 
