@@ -156,17 +156,40 @@ class BuiltinBackend:
         self.engine.stop()
 
 
-class MsprobeBackend:
-    """msprobe 26.x's PrecisionDebugger, created at the first selected step and configured through a config.json."""
+class _DebuggerBackend:
+    """A third-party ``PrecisionDebugger`` (``_create``), made at the first selected step; what msprobe and
+    ptdbg_ascend share."""
 
-    name = "msprobe"
+    name = ""
     failed: Optional[str] = None
 
     def __init__(self, config: PrecisionConfig, dump_path: str, models: list):
         self.config = config
         self.dump_path = dump_path
-        self._model = models[0] if len(models) == 1 else (list(models) or None)
+        self._models = models
         self._debugger: Any = None
+
+    def _create(self) -> Any:
+        raise NotImplementedError
+
+    def _created(self) -> Any:
+        """The debugger, made on the first call."""
+        if self._debugger is None:
+            self._debugger = self._create()
+        return self._debugger
+
+    def stop(self) -> None:
+        self._debugger.stop()
+
+
+class MsprobeBackend(_DebuggerBackend):
+    """msprobe 26.x's PrecisionDebugger, created at the first selected step and configured through a config.json."""
+
+    name = "msprobe"
+
+    def __init__(self, config: PrecisionConfig, dump_path: str, models: list):
+        super().__init__(config, dump_path, models)
+        self._model = models[0] if len(models) == 1 else (list(models) or None)
         self._step: Optional[int] = None
         self._config_dir: Optional[str] = None
 
@@ -191,14 +214,10 @@ class MsprobeBackend:
         return PrecisionDebugger(config_path=path)
 
     def start(self, step: int) -> None:
-        if self._debugger is None:
-            self._debugger = self._create()
-        self._debugger.set_init_step(step)
-        self._debugger.start(model=self._model)
+        debugger = self._created()
+        debugger.set_init_step(step)
+        debugger.start(model=self._model)
         self._step = step
-
-    def stop(self) -> None:
-        self._debugger.stop()
 
     def step(self, overflow_limit: int = -1) -> StepOutcome:
         self._debugger.step()
@@ -214,17 +233,13 @@ class MsprobeBackend:
             shutil.rmtree(self._config_dir, ignore_errors=True)
 
 
-class PtdbgBackend:
+class PtdbgBackend(_DebuggerBackend):
     """ptdbg_ascend's PrecisionDebugger with the seed's arguments, its step counter kept on the monitor's."""
 
     name = "ptdbg_ascend"
-    failed: Optional[str] = None
 
     def __init__(self, config: PrecisionConfig, dump_path: str, models: list):
-        self.config = config
-        self.dump_path = dump_path
-        self._models = models
-        self._debugger: Any = None
+        super().__init__(config, dump_path, models)
         self._count = 0
 
     def _create(self) -> Any:
@@ -252,15 +267,11 @@ class PtdbgBackend:
         return debugger
 
     def start(self, step: int) -> None:
-        if self._debugger is None:
-            self._debugger = self._create()
+        debugger = self._created()
         while self._count < step:  # ptdbg's step() only counts: bring it to the monitor's step number
-            self._debugger.step()
+            debugger.step()
             self._count += 1
-        self._debugger.start()
-
-    def stop(self) -> None:
-        self._debugger.stop()
+        debugger.start()
 
     def step(self, overflow_limit: int = -1) -> StepOutcome:
         self._debugger.step()
