@@ -214,11 +214,9 @@ def npu_rms_norm():
 
 
 @pytest.fixture
-def fake_npu_profile(tmp_path, monkeypatch, npu_rms_norm):
-    """A ``*_ascend_pt`` folder written by the fake torch_npu profiler around a few steps that call an npu:: op."""
-    import ascend_tune.testing.fakes as fakes
-
-    monkeypatch.syspath_prepend(os.path.dirname(fakes.__file__))
+def fake_npu_profile(tmp_path, fake_npu, npu_rms_norm):
+    """A ``*_ascend_pt`` folder written by the fake torch_npu profiler around a few steps that call an npu:: op
+    (the plugin's fake_npu takes the fake off the path and out of sys.modules again, so later tests see the CPU)."""
     import torch_npu
 
     out = tmp_path / "npu_prof"
