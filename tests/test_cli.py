@@ -36,8 +36,8 @@ def test_demo_trains_a_reference_and_a_target_and_writes_their_alignment_page(tm
     summary = json.loads((tmp_path / "target" / "summary.json").read_text())
     assert summary["profile"]["advice"]["html"] == str(tmp_path / "target" / "profile" / "rank0" / "advice.html")
     page = (tmp_path / "alignment.html").read_text()
-    assert page.count("data:image/png;base64,") == 3
-    for section in ("Verdict", "Loss against the baseline", "Throughput", "First divergence",
+    assert page.count("data:image/png;base64,") == 4  # loss curves, loss gap, steps/sec, time by kind
+    for section in ("Verdict", "Loss against the baseline", "Throughput", "Where the time goes", "First divergence",
                     "Profiler traces and advice", "Tuning", "Replay on the CPU in float64"):
         assert f"<h2>{section}" in page
     # the bfloat16 target parts from the float32 reference at the model's first convolution
