@@ -5,14 +5,13 @@ unmonitored run of the same loop.
 """
 
 import datetime
-import json
 import os
 import sys
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from fsdp2_train import STEPS, build  # the same sharded model and optimizer (this folder is on sys.path)
+from fsdp2_train import STEPS, build, finish  # the same sharded model and optimizer (this folder is on sys.path)
 
 from ascend_tune import TrainingMonitor
 
@@ -50,13 +49,7 @@ def main(out):
         with TrainingMonitor(model, optimizer, log_dir=os.path.join(out, f"clip{int(clip)}"), quiet=True,
                              health=True):
             result[f"clip{int(clip)}"] = train(model, optimizer, clip)
-    with open(os.path.join(out, f"health_rank{rank}.json"), "w") as fh:
-        json.dump(result, fh)
-    dist.barrier()
-    dist.destroy_process_group()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)  # gloo's teardown at interpreter exit sometimes aborts, with or without ascend_tune
+    finish(os.path.join(out, f"health_rank{rank}.json"), result)
 
 
 if __name__ == "__main__":

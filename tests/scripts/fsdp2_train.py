@@ -58,13 +58,19 @@ def main(out):
     with TrainingMonitor(model, optimizer, log_dir=os.path.join(out, "tuned"), quiet=True, tune=True):
         result["tuned_flags"] = {k: optimizer.param_groups[0][k] for k in ("foreach", "fused")}
         result["tuned"] = train(model, optimizer)
-    with open(os.path.join(out, f"result_rank{rank}.json"), "w") as fh:
+    finish(os.path.join(out, f"result_rank{rank}.json"), result)
+
+
+def finish(path: str, result: dict) -> None:
+    """Write this rank's result, leave the group with the others, and exit without the interpreter's teardown
+    (gloo's teardown at interpreter exit sometimes aborts, with or without ascend_tune)."""
+    with open(path, "w") as fh:
         json.dump(result, fh)
     dist.barrier()
     dist.destroy_process_group()
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)  # gloo's teardown at interpreter exit sometimes aborts, with or without ascend_tune
+    os._exit(0)
 
 
 if __name__ == "__main__":
