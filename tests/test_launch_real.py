@@ -35,6 +35,8 @@ import pytest
 from conftest import SEED_LINE, read_jsonl, read_log
 from launch_helpers import bare, copy_thirdparty, launch, our_lines
 
+from ascend_tune.testing.torch_features import transformers_missing
+
 NANOGPT_ARGS = [
     "--device=cpu", "--compile=False", "--dtype=float32", "--dataset=tiny", "--n_layer=2", "--n_head=2",
     "--n_embd=32", "--block_size=16", "--batch_size=4", "--gradient_accumulation_steps=2", "--max_iters=4",
@@ -242,6 +244,9 @@ def clm_inputs(tmp_path) -> list:
 
 
 def test_hf_trainer_script_one_line_per_optimizer_step_with_the_trainers_losses(tmp_path):
+    reason = transformers_missing()
+    if reason:
+        pytest.skip(reason)
     args = clm_inputs(tmp_path)
     script = os.path.join(os.path.dirname(__file__), "scripts", "hf_trainer_clm.py")
     run, out = tmp_path / "run", tmp_path / "out"

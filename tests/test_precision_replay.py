@@ -24,7 +24,7 @@ from ascend_tune import AscendTuneError, PrecisionConfig, TrainingMonitor
 from ascend_tune.analysis.dumps.replay import replay_verdict
 from ascend_tune.cli import main
 from ascend_tune.precision import read_dump
-from ascend_tune.testing.torch_features import collectives_in_modes_missing
+from ascend_tune.testing.torch_features import collectives_in_modes_missing, drop_library
 
 OFF = 1e-3  # the broken kernels' relative error in float32
 
@@ -42,11 +42,7 @@ def broken_kernel(op: str, fn):
     try:
         yield
     finally:
-        if hasattr(lib, "_destroy"):  # torch 2.2
-            lib._destroy()
-        else:  # torch 2.1: dropping the C++ library takes its kernels off the dispatcher
-            torch.library._impls.difference_update(lib._op_impls)
-            lib.m = None
+        drop_library(lib)
 
 
 def _off_in_float32(result: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -105,6 +105,16 @@ def sdpa_kernel_missing() -> Optional[str]:
     return None
 
 
+def drop_library(lib: Any) -> None:
+    """Take a ``torch.library.Library``'s kernel overrides off the dispatcher again (``Library._destroy`` from torch
+    2.2; on torch 2.1 dropping the C++ library object does it)."""
+    if hasattr(lib, "_destroy"):
+        lib._destroy()
+    else:
+        torch.library._impls.difference_update(lib._op_impls)
+        lib.m = None
+
+
 def collectives_in_modes_missing() -> Optional[str]:
     """None when torch.distributed's collectives reach torch function modes (``__torch_function__``, torch 2.7)."""
     from ..recording.catalog import collectives_unseen

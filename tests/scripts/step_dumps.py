@@ -28,6 +28,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from ascend_tune import TrainingMonitor
 from ascend_tune.testing.models import TinyGPT, TinyMLP, synthetic_classification, synthetic_tokens
+from ascend_tune.testing.torch_features import drop_library
 
 SCENARIOS = {
     "adamw": ("loop", "loop", "foreach", "foreach", "addcdiv_fault", "lerp_fault"),
@@ -58,7 +59,7 @@ def fault(op):
     try:
         yield
     finally:
-        lib._destroy()
+        drop_library(lib)
 
 
 def _blocks(a, b):
@@ -91,7 +92,7 @@ def blocked_matmul():
     try:
         yield
     finally:
-        lib._destroy()
+        drop_library(lib)
 
 
 @contextlib.contextmanager
