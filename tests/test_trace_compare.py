@@ -8,6 +8,7 @@ import csv
 import itertools
 import json
 import os
+import statistics
 import time
 
 import pytest
@@ -15,7 +16,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from ascend_tune import TrainingMonitor
-from ascend_tune.analysis.trace_compare.compare import UNATTRIBUTED
+from ascend_tune.analysis.trace_compare.compare import UNATTRIBUTED, RunSide, compare_sides
 from ascend_tune.analysis.trace_compare.pair import compare_traces
 from ascend_tune.cli import main
 from ascend_tune.testing.models import (
@@ -259,3 +260,27 @@ def test_bad_inputs_are_one_line_and_exit_2(runs, tmp_path, capsys, case):
     assert main(["compare-trace", *args]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err, err
+
+
+def _side(step_ms: tuple, optimizer_ms: tuple):
+    """A side whose steps are ``step_ms``, the optimizer row ``optimizer_ms`` per step, the rest outside any op."""
+    median = statistics.median(step_ms)
+    rows = {"module": {}, "op": {}, "kind": {"optimizer": statistics.median(optimizer_ms)}}
+    rows["kind"]["outside any op"] = median - rows["kind"]["optimizer"]
+    outside = tuple(s - o for s, o in zip(step_ms, optimizer_ms))
+    per_step = {"module": {}, "op": {}, "kind": {"optimizer": optimizer_ms, "outside any op": outside}}
+    return RunSide("t.json", "cpu", "host", tuple(range(len(step_ms))), step_ms, median, 0.0, "none", rows, per_step)
+
+
+def test_a_step_four_times_as_long_is_slower_though_it_scatters_four_times_as_many_ms():
+    # the step times CI's loaded machine gave the unfused optimizer against the fused one: the target's ms scatter
+    # in proportion to its length (absolute spreads combined: noise ±113 ms against a +105 ms gap)
+    base = (30.1, 32.3, 28.9, 35.0, 32.0, 40.2, 31.5, 29.7, 33.4)
+    target = (137.0, 112.0, 165.0, 110.0, 160.0, 114.0, 162.0, 137.3, 111.0)
+    result = compare_sides(_side(base, tuple(0.8 * b for b in base)), _side(target, tuple(t - 6.0 for t in target)))
+    assert result.slower and result.gap_ms > result.noise_ms, result.verdict()
+    assert result.top_of("kind").name == "optimizer" and result.top_of("kind").beyond_noise
+    # the same scatter around one median is noise, whichever side is longer
+    same = compare_sides(_side(target, tuple(t - 6.0 for t in target)),
+                         _side(tuple(1.3 * t for t in target), tuple(1.3 * t - 6.0 for t in target)))
+    assert not same.slower and not any(r.beyond_noise for r in same.rows), same.verdict()

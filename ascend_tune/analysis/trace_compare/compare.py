@@ -5,13 +5,15 @@ ones for an even count), or ``step=N`` on both. Its rows (:mod:`.attribute`) add
 the rows' deltas add up to the measured gap, the difference of the two median steps; an explicit
 ``unattributed`` row at each level holds what is left (host threads that overlap, events that run past a step).
 
-Noise is read from the traces themselves: the spread of each side's step times (1.4826 x the median absolute
-deviation, a standard deviation robust to one slow step); the noise is ``NOISE_SIGMAS`` of the two spreads
-combined, and never under ``NOISE_FLOOR`` of the base step. Not the standard error of the medians: on a shared
-machine the load changes between two runs, and their medians drift apart by as much as single steps scatter
-within one run (measured on the loaded 2-core test machine: identical code, medians 20-50% apart). A gap is
-real only beyond the noise; a row is a contributor only when the gap is real and the row's delta is beyond its own
-noise (the same rule over the row's per-step values, at most the step's noise).
+Noise is read from the traces themselves. A loaded machine stretches steps by a factor (the scheduler's slices
+land in proportion to a step's length), so a step's noise is relative: each side's spread is that of its log step
+times (1.4826 x the median absolute deviation, a standard deviation robust to one slow step); the gap is real when
+the ratio of the two median steps is beyond ``NOISE_SIGMAS`` of the two spreads combined, and the noise in ms is
+what that ratio adds to the base step, never under ``NOISE_FLOOR`` of it. Not the standard error of the medians:
+on a shared machine the load changes between two runs, and their medians drift apart by as much as single steps
+scatter within one run (measured on the loaded 2-core test machine: identical code, medians 20-50% apart). A row
+is a contributor only when the gap is real and the row's delta is beyond its own noise (``NOISE_SIGMAS`` of the
+spreads of the row's per-step ms, at most the step's noise: a row may be zero in some steps, so no logarithm).
 """
 
 from __future__ import annotations
@@ -158,7 +160,7 @@ def side_of(trace: Trace, step: Optional[int] = None) -> RunSide:
 def compare_sides(base: RunSide, target: RunSide, next_action: str = "", notes: tuple = ()) -> TraceComparison:
     """The comparison of two sides (``next_action`` is filled by :mod:`.next_action` for the top row)."""
     gap = target.median_ms - base.median_ms
-    noise = _noise(base.step_ms, target.step_ms, base.median_ms)
+    noise = _step_noise(base.step_ms, target.step_ms, base.median_ms)
     real = gap > noise
     rows = []
     for level in LEVELS:
@@ -188,6 +190,14 @@ def _mean(counters: list) -> dict:
     for counter in counters:
         total.update(counter)
     return {label: us / len(counters) / 1e3 for label, us in total.items()}
+
+
+def _step_noise(base_ms, target_ms, base_step_ms: float) -> float:
+    """The ms that ``NOISE_SIGMAS`` of the two sides' log-spreads combined add to the base step (at least
+    ``NOISE_FLOOR`` of it)."""
+    logs = [[math.log(v) for v in side if v > 0] for side in (base_ms, target_ms)]
+    relative = math.expm1(NOISE_SIGMAS * math.hypot(_spread(logs[0]), _spread(logs[1])))
+    return base_step_ms * max(relative, NOISE_FLOOR)
 
 
 def _noise(base_values, target_values, base_step_ms: float) -> float:
