@@ -9,24 +9,23 @@ import argparse
 import json
 import os
 
-from .args import add_json, add_out
+from .args import add_command, add_json, add_out
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
     """Add ``advise`` to the ``ascend-tune`` subcommands."""
-    parser = subparsers.add_parser(
-        "advise",
-        help="findings (fused optimizer, dataloader, dynamic shapes, host syncs...) from profiler traces",
-        description="Read torch.profiler traces (*.pt.trace.json[.gz]) or torch_npu trace_view.json, print advice "
-        "as markdown and write advice.html. Exit 0: no warnings, 1: findings, 2: bad input.",
-    )
+    parser = add_command(subparsers, "advise", _cmd_advise, exits=("no warnings", "findings"))
     parser.add_argument("trace", metavar="TRACE_OR_DIR", help="a trace file, or a folder searched for traces")
     add_out(parser, "folder for advice.html and msprof-analyze's files (default: the traces' folder)")
     add_json(parser, "the report", instead_of="markdown")
-    parser.set_defaults(run=_cmd_advise)
 
 
 def _cmd_advise(args: argparse.Namespace) -> int:
+    """Findings (fused optimizer, dataloader, dynamic shapes, host syncs...) from profiler traces.
+
+    Read torch.profiler traces (*.pt.trace.json[.gz]) or torch_npu trace_view.json, print advice as markdown and
+    write advice.html.
+    """
     from ..analysis.advisor import analyse, render
 
     out_dir = args.out

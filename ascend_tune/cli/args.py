@@ -7,11 +7,34 @@ adds one option with the same name, type and help wherever it appears.
 from __future__ import annotations
 
 import argparse
+import inspect
 from typing import Callable, Optional
 
 from ..errors import ConfigError
 
 FORCE_HELP = "replace output files that already exist (default: refuse)"
+
+
+def add_command(subparsers: argparse._SubParsersAction, name: str, run: Callable[[argparse.Namespace], int], *,
+                exits: Optional[tuple] = None, description: str = "") -> argparse.ArgumentParser:
+    """Add the subcommand ``name``, run by ``run(args)`` (which returns the exit code).
+
+    Like click, the command's words are ``run``'s docstring: its first line is the one-line help (lower-cased,
+    without its full stop), the paragraphs after it the description (unless ``description`` is given).
+    ``exits`` = (what exit 0 means, what exit 1 means) ends the description with the exit codes every analysis
+    command shares (2: bad input).
+    """
+    summary, _, rest = inspect.cleandoc(run.__doc__ or name).partition("\n\n")
+    summary = " ".join(summary.split())
+    summary = summary[:-1] if summary.endswith(".") and not summary.endswith("...") else summary
+    if summary[:1].isupper() and not summary[1:2].isupper():
+        summary = summary[0].lower() + summary[1:]
+    description = description or " ".join(rest.split())
+    if exits:
+        description = f"{description} Exit 0: {exits[0]}, 1: {exits[1]}, 2: bad input.".strip()
+    parser = subparsers.add_parser(name, help=summary, description=description or None)
+    parser.set_defaults(run=run)
+    return parser
 
 
 def int_at_least(minimum: int) -> Callable[[str], int]:

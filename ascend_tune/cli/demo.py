@@ -4,22 +4,21 @@ from __future__ import annotations
 
 import argparse
 
-from .args import add_out, int_at_least
+from .args import add_command, add_out, int_at_least
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
     """Add ``demo`` and ``device`` to the ``ascend-tune`` subcommands."""
-    demo = subparsers.add_parser("demo", help="train a small CNN twice (float32 reference, bfloat16 target) under "
-                                 "TrainingMonitor and write their alignment page")
+    demo = add_command(subparsers, "demo", _cmd_demo)
     add_out(demo, "output folder (default: exp/demo)", default="exp/demo")
     demo.add_argument("--steps", type=int_at_least(1), default=100, help="optimizer steps (default: 100)")
-    demo.set_defaults(run=_cmd_demo)
 
-    dev = subparsers.add_parser("device", help="print the detected device and why better ones were not used")
-    dev.set_defaults(run=_cmd_device)
+    add_command(subparsers, "device", _cmd_device)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
+    """Train a small CNN twice (float32 reference, bfloat16 target) under TrainingMonitor and write their
+    alignment page."""
     from ..demo import run_demo
 
     result = run_demo(out=args.out, steps=args.steps)
@@ -33,6 +32,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_device(args: argparse.Namespace) -> int:
+    """Print the detected device and why better ones were not used."""
     from ..device import detect_device
 
     info = detect_device()

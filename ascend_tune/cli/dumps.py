@@ -12,12 +12,12 @@ import os
 from typing import Any
 
 from ..errors import InputError, OutputError
-from .args import add_force, add_jobs, add_json, add_out, add_selectors, fraction
+from .args import add_command, add_force, add_jobs, add_json, add_out, add_selectors, fraction
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
     """Add ``compare-dump``, ``parse``, ``overflow``, ``replay``, ``pack`` and ``unpack`` to the subcommands."""
-    p = subparsers.add_parser("compare-dump", help="compare two precision dumps and name the first diverging op")
+    p = add_command(subparsers, "compare-dump", _compare_dump)
     p.add_argument("base", help="reference dump: a dump folder, a dump.json, a ptdbg .pkl or a packed archive")
     p.add_argument("target", help="dump to check, same forms")
     add_out(p, "folder for compare_result.csv and compare_summary.json", metavar="OUT")
@@ -29,41 +29,36 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     add_jobs(p)
     add_json(p, "the summary")
     add_force(p)
-    p.set_defaults(run=_compare_dump)
 
-    p = subparsers.add_parser("parse", help="an op's stack and statistics in a dump")
+    p = add_command(subparsers, "parse", _parse)
     p.add_argument("dump", help="a dump folder, a dump.json, a ptdbg .pkl or a packed archive")
     p.add_argument("op", help="the op's name, or the start of it (e.g. Functional.linear.0.forward)")
     add_selectors(p)
-    p.set_defaults(run=_parse)
 
-    p = subparsers.add_parser("overflow", help="the first op with inf/NaN in a finished dump, with its stack")
+    p = add_command(subparsers, "overflow", _overflow)
     p.add_argument("dump", help="a dump folder, a dump.json, a ptdbg .pkl, a packed archive or an overflow.json")
     add_selectors(p)
     add_jobs(p)
     add_json(p, "the whole-run findings (a location with several ranks or steps)")
-    p.set_defaults(run=_overflow)
 
-    p = subparsers.add_parser("replay", help="the calls a replayed step's device computed wrongly (task='replay')")
+    p = add_command(subparsers, "replay", _replay)
     p.add_argument("dump", help="the dump folder of a run with precision=dict(task='replay'), a step or rank folder "
                                 "in it, its replay.json or a packed archive")
     add_selectors(p)
     add_json(p, "the verdict and the suspects")
-    p.set_defaults(run=_replay)
 
-    p = subparsers.add_parser("pack", help="pack a dump folder into one archive with sha256 sums")
+    p = add_command(subparsers, "pack", _pack)
     p.add_argument("dump", help="the dump folder")
     add_out(p, "archive to write (.tar, .tar.gz or .tgz)", metavar="FILE", required=True)
     add_force(p)
-    p.set_defaults(run=_pack)
 
-    p = subparsers.add_parser("unpack", help="verify an archive made by pack and unpack it into a new folder")
+    p = add_command(subparsers, "unpack", _unpack)
     p.add_argument("archive", help="the archive")
     add_out(p, "new (or empty) folder to unpack into", required=True)
-    p.set_defaults(run=_unpack)
 
 
 def _compare_dump(args: argparse.Namespace) -> int:
+    """Compare two precision dumps and name the first diverging op."""
     from ..analysis.dumps import compare, table
     from ..formats.atomic import make_folder, refuse_existing, write_atomic
     from .verdict_text import dump_lines, print_lines
@@ -138,6 +133,7 @@ def _print_findings(args: argparse.Namespace, found: Any, outputs: tuple) -> int
 
 
 def _parse(args: argparse.Namespace) -> int:
+    """An op's stack and statistics in a dump."""
     from .verdict_text import op_lines, print_lines
 
     with _opened(args.dump, args) as dump:
@@ -146,6 +142,7 @@ def _parse(args: argparse.Namespace) -> int:
 
 
 def _overflow(args: argparse.Namespace) -> int:
+    """The first op with inf/NaN in a finished dump, with its stack."""
     from ..analysis.dumps import overflow, ranks
     from .verdict_text import overflow_lines, print_lines
 
@@ -160,6 +157,7 @@ def _overflow(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
+    """The calls a replayed step's device computed wrongly (task='replay')."""
     from ..analysis.dumps.replay import replay_verdict
     from .verdict_text import json_text, replay_json, replay_lines
 
@@ -169,6 +167,7 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _pack(args: argparse.Namespace) -> int:
+    """Pack a dump folder into one archive with sha256 sums."""
     from ..analysis.dumps import archive, sources
 
     files, refs = sources.open_location(args.dump)  # refuse a folder that holds no dump
@@ -182,6 +181,7 @@ def _pack(args: argparse.Namespace) -> int:
 
 
 def _unpack(args: argparse.Namespace) -> int:
+    """Verify an archive made by pack and unpack it into a new folder."""
     from ..analysis.dumps import archive
 
     summary = archive.unpack(args.archive, args.out)

@@ -9,7 +9,7 @@ import argparse
 import math
 
 from ..analysis.health import HealthReport, anomaly_line, read_health
-from .args import add_json, count, int_at_least
+from .args import add_command, add_json, count, int_at_least
 
 COLUMNS = ("grad_norm", "param_norm", "update_ratio", "act_mean", "act_std", "act_absmax", "act_zero_frac",
            "act_nonfinite")
@@ -17,21 +17,21 @@ COLUMNS = ("grad_norm", "param_norm", "update_ratio", "act_mean", "act_std", "ac
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
     """Add ``health`` to the ``ascend-tune`` subcommands."""
-    parser = subparsers.add_parser(
-        "health", help="a run's anomalies (spikes, NaN) and per-module statistics (from health=True)",
-        description="Print the anomalies a run with health=True found and the module statistics of one step, the "
-        "module whose gradient norm jumped most first. Exit 0: no anomaly, 1: anomalies, 2: bad input.",
-    )
+    parser = add_command(subparsers, "health", _cmd_health, exits=("no anomaly", "anomalies"))
     parser.add_argument("run_dir", metavar="RUN", help="the run folder (log_dir)")
     parser.add_argument("--step", type=count, default=None,
                         help="the step whose module table is shown (default: the first recorded at or after the "
                              "first anomaly, else the last recorded)")
     parser.add_argument("--limit", type=int_at_least(1), default=20, help="modules listed (default: 20)")
     add_json(parser, "the anomalies and the module table")
-    parser.set_defaults(run=_cmd_health)
 
 
 def _cmd_health(args: argparse.Namespace) -> int:
+    """A run's anomalies (spikes, NaN) and per-module statistics (from health=True).
+
+    Print the anomalies a run with health=True found and the module statistics of one step, the module whose
+    gradient norm jumped most first.
+    """
     from .verdict_text import json_text
 
     report = read_health(args.run_dir, args.step)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from .args import add_force, add_jobs, add_json, add_log_reading, add_threshold, count, log_reading
+from .args import add_command, add_force, add_jobs, add_json, add_log_reading, add_threshold, count, log_reading
 
 LOG_FORMS = ("a log.txt, metrics.jsonl, trainer_state.json, Lightning metrics.csv or TensorBoard event file, or a "
              "run folder holding one")
@@ -18,7 +18,7 @@ LOG_FORMS = ("a log.txt, metrics.jsonl, trainer_state.json, Lightning metrics.cs
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
     """Add ``compare-loss`` and ``perf`` to the ``ascend-tune`` subcommands."""
-    p = subparsers.add_parser("compare-loss", help="compare two runs' loss curves (gap numbers, verdict, plots)")
+    p = add_command(subparsers, "compare-loss", _compare_loss)
     p.add_argument("base", help=f"reference run: {LOG_FORMS}")
     p.add_argument("target", help="run to check, same forms")
     add_threshold(p)
@@ -28,9 +28,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--plot", metavar="DIR", help="write compare_loss_curves.png and loss_gap_curves.png into DIR")
     add_json(p, "the numbers")
     add_force(p)
-    p.set_defaults(run=_compare_loss)
 
-    p = subparsers.add_parser("perf", help="steps/sec statistics of runs and their speed-up over the first")
+    p = add_command(subparsers, "perf", _perf)
     p.add_argument("runs", nargs="+", metavar="RUN", help=f"{LOG_FORMS}, or a folder of run folders")
     p.add_argument("--exclude-first", type=count, default=None, metavar="N",
                    help="optimizer steps left out at the start of each run as warm-up (default: the warmup_steps "
@@ -38,10 +37,10 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     add_log_reading(p, "RUN")
     add_jobs(p)
     add_json(p, "the statistics")
-    p.set_defaults(run=_perf)
 
 
 def _compare_loss(args: argparse.Namespace) -> int:
+    """Compare two runs' loss curves (gap numbers, verdict, plots)."""
     from ..analysis.logs import compare, read
     from ..analysis.report import plots
     from ..formats.atomic import refuse_existing
@@ -64,6 +63,7 @@ def _compare_loss(args: argparse.Namespace) -> int:
 
 
 def _perf(args: argparse.Namespace) -> int:
+    """Steps/sec statistics of runs and their speed-up over the first."""
     from ..analysis.logs import detect, read, throughput
     from ..analysis.logs.ranks import rank_waits
     from ..analysis.traces.ranks import slow_rank

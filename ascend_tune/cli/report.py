@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 import os
 
-from .args import add_force, add_jobs, add_log_reading, add_out, add_threshold, log_reading
+from .args import add_command, add_force, add_jobs, add_log_reading, add_out, add_threshold, log_reading
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``report`` subcommand."""
-    cmd = subparsers.add_parser("report", help="one self-contained HTML page (and markdown) for a run folder")
+    cmd = add_command(subparsers, "report", _cmd_report)
     cmd.add_argument("run_dir", metavar="RUN", help="the run folder (TrainingMonitor's log_dir)")
     cmd.add_argument("--baseline", help="a reference run to compare the loss curve against: a run folder or log "
                                         "of any format compare-loss reads (an HF trainer_state.json, ...)")
@@ -20,10 +20,10 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     cmd.add_argument("--no-advise", action="store_true", help="do not run the trace advisor on the run's traces")
     add_jobs(cmd)
     add_force(cmd)
-    cmd.set_defaults(run=_cmd_report)
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
+    """One self-contained HTML page (and markdown) for a run folder."""
     from ..analysis.report.build import build_report
     from ..analysis.report.render import report_files, write_report
     from ..formats.atomic import make_folder, refuse_existing

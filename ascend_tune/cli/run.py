@@ -15,7 +15,7 @@ import shutil
 import sys
 
 from ..errors import InputError
-from .args import int_at_least
+from .args import add_command, int_at_least
 
 DESCRIPTION = (
     "Run COMMAND with every Python process it starts monitored as if its training loop were inside "
@@ -26,10 +26,7 @@ DESCRIPTION = (
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
     """Add ``run`` to the ``ascend-tune`` subcommands."""
-    run = subparsers.add_parser(
-        "run", help="monitor an unchanged training command: ascend-tune run [options] -- python train.py ...",
-        description=DESCRIPTION,
-    )
+    run = add_command(subparsers, "run", _cmd_run, description=DESCRIPTION)
     run.add_argument("--log-dir", default="exp/train", help="where log.txt, metrics.jsonl and summary.json go "
                      "(default: exp/train)")
     run.add_argument("--log-every", type=int_at_least(1), default=1, help="a log line every N steps (default: 1)")
@@ -55,10 +52,10 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--quiet", action="store_true", help="no log lines echoed on stderr")
     run.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARGS...]",
                      help="the command to run, after --")
-    run.set_defaults(run=_cmd_run)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    """Monitor an unchanged training command: ascend-tune run [options] -- python train.py ..."""
     from ..launch import options as opt
 
     command = list(args.command)

@@ -10,24 +10,23 @@ import json
 from collections import Counter
 
 from ..formats.shapes_csv import FIX, ShapesReport, read_shapes_report
-from .args import add_json, int_at_least
+from .args import add_command, add_json, int_at_least
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
     """Add ``shapes`` to the ``ascend-tune`` subcommands."""
-    parser = subparsers.add_parser(
-        "shapes",
-        help="summarise a dynamic-shape report (shapes.csv from shapes=True)",
-        description="List the ops whose input / output shapes changed between steps, from the shapes.csv a run "
-        "with shapes=True wrote. Exit 0: no dynamic op, 1: dynamic ops, 2: bad input.",
-    )
+    parser = add_command(subparsers, "shapes", _cmd_shapes, exits=("no dynamic op", "dynamic ops"))
     parser.add_argument("csv", metavar="CSV", help="a shapes.csv, or the run folder (log_dir) holding one")
     parser.add_argument("--limit", type=int_at_least(1), default=20, help="ops listed, most shapes first (default: 20)")
     add_json(parser, "every dynamic op", instead_of="the summary")
-    parser.set_defaults(run=_cmd_shapes)
 
 
 def _cmd_shapes(args: argparse.Namespace) -> int:
+    """Summarise a dynamic-shape report (shapes.csv from shapes=True).
+
+    List the ops whose input / output shapes changed between steps, from the shapes.csv a run with shapes=True
+    wrote.
+    """
     report = read_shapes_report(args.csv)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))

@@ -9,19 +9,13 @@ from __future__ import annotations
 import argparse
 import json
 
-from .args import add_force, add_json, add_out, count, fraction, int_at_least
+from .args import add_command, add_force, add_json, add_out, count, fraction, int_at_least
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
     """Add ``compare-trace`` to the ``ascend-tune`` subcommands."""
-    cmd = subparsers.add_parser(
-        "compare-trace",
-        help="where the target's step loses time against the base's (by module, op and kind) from two traces",
-        description="Compare two profiler traces (torch.profiler *.pt.trace.json[.gz], a torch_npu *_ascend_pt "
-        "folder or trace_view.json, a profile or run folder) step against step: the gap split by module, op and "
-        "kind with an unattributed row, ops found in one run only, and the top contributor with its next action. "
-        "Exit 0: no slowdown beyond noise or under the threshold, 1: slower, 2: bad input.",
-    )
+    cmd = add_command(subparsers, "compare-trace", _cmd_compare_trace,
+                      exits=("no slowdown beyond noise or under the threshold", "slower"))
     cmd.add_argument("base", metavar="BASE", help="the reference's trace, *_ascend_pt folder or run folder")
     cmd.add_argument("target", metavar="TARGET", help="the target's trace, *_ascend_pt folder or run folder")
     cmd.add_argument("--step", type=count, help="compare ProfilerStep#N on both sides (default: each side's "
@@ -34,10 +28,15 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     add_out(cmd, "write trace_compare.csv (every row) and trace_compare.json here")
     add_force(cmd)
     add_json(cmd, "the comparison", instead_of="text")
-    cmd.set_defaults(run=_cmd_compare_trace)
 
 
 def _cmd_compare_trace(args: argparse.Namespace) -> int:
+    """Where the target's step loses time against the base's (by module, op and kind) from two traces.
+
+    Compare two profiler traces (torch.profiler *.pt.trace.json[.gz], a torch_npu *_ascend_pt folder or
+    trace_view.json, a profile or run folder) step against step: the gap split by module, op and kind with an
+    unattributed row, ops found in one run only, and the top contributor with its next action.
+    """
     from ..analysis.trace_compare.pair import compare_traces
     from ..analysis.trace_compare.table import render_text, to_dict, write_outputs
 

@@ -7,25 +7,23 @@ import os
 
 from ..analysis.traces.listing import TraceInfo, scan_traces
 from ..errors import InputError
-from .args import add_out
+from .args import add_command, add_out
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``trace`` subcommand."""
-    cmd = subparsers.add_parser(
-        "trace",
-        help="list profiler traces (steps, sizes), check they load, fix torch_npu's string timestamps",
-        description="List the profiler traces under DIR with their steps and sizes and check that each loads. "
-        "A torch_npu trace_view.json whose ts fields are strings gets a copy, <name>.perfetto.json, that "
-        "Perfetto and chrome://tracing open. Exit 2 when a trace is missing or does not load.",
-    )
+    cmd = add_command(subparsers, "trace", run_trace)
     cmd.add_argument("path", metavar="DIR", help="a profile folder (e.g. exp/train/profile) or one trace file")
     add_out(cmd, "write the repaired copies here instead of beside the traces")
-    cmd.set_defaults(run=run_trace)
 
 
 def run_trace(args: argparse.Namespace) -> int:
-    """Print the listing; raise InputError (exit 2) when there is no trace or one does not load."""
+    """List profiler traces (steps, sizes), check they load, fix torch_npu's string timestamps.
+
+    List the profiler traces under DIR with their steps and sizes and check that each loads. A torch_npu
+    trace_view.json whose ts fields are strings gets a copy, <name>.perfetto.json, that Perfetto and
+    chrome://tracing open. Exit 2 when a trace is missing or does not load.
+    """
     listing = scan_traces(args.path, out_dir=args.out)
     if not listing.traces and not listing.problems:
         raise InputError(f"{args.path}: no profiler traces found (*.pt.trace.json[.gz] or trace_view.json)")

@@ -23,7 +23,7 @@ correct runs may show (per dtype, op family and size): :mod:`.tolerance`.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Callable, NamedTuple, Optional
 
 import numpy as np
@@ -165,10 +165,6 @@ class ReplayError:
     err_ratio: float
     norm_err: float
     nonfinite: int
-
-    def as_dict(self) -> dict:
-        """A JSON-ready dict (inf stays a float: json writes ``Infinity``)."""
-        return asdict(self)
 
     @classmethod
     def from_dict(cls, entry: dict) -> ReplayError:

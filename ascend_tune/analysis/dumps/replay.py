@@ -31,7 +31,7 @@ import csv
 import io
 import json
 import os
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Optional
 
 from ...errors import InputError
@@ -75,8 +75,8 @@ class ReplayRow:
     def as_dict(self) -> dict:
         """replay.json's entry for a suspect."""
         return {"index": self.index, "name": self.name, "dtype": self.dtype, "shape": list(self.shape),
-                "metrics": self.metrics.as_dict() if self.metrics else None,
-                "threshold": self.standard.as_dict() if self.standard else None, "reason": self.reason,
+                "metrics": asdict(self.metrics) if self.metrics else None,
+                "threshold": asdict(self.standard) if self.standard else None, "reason": self.reason,
                 "stack": [f.as_dict() for f in self.stack]}
 
     @classmethod
@@ -117,7 +117,7 @@ def replay_summary(step: int, rank: int, rows: list) -> dict:
     return {
         "task": "replay", "step": step, "rank": rank, "calls": len(rows),
         "checked": sum(r.verdict != SKIPPED for r in rows), "skipped": sum(reasons.values()),
-        "skip_reasons": reasons, "standards": {k: s.as_dict() for k, s in STANDARDS.items()},
+        "skip_reasons": reasons, "standards": {k: asdict(s) for k, s in STANDARDS.items()},
         "suspects": [r.as_dict() for r in suspects],
         "first_suspect": suspects[0].name if suspects else None,
     }
@@ -162,11 +162,6 @@ class ReplayVerdict:
 
     location: str
     reports: tuple
-
-    @property
-    def suspects(self) -> int:
-        """Suspects over all reports."""
-        return sum(len(r.suspects) for r in self.reports)
 
     @property
     def first(self) -> Optional[tuple]:

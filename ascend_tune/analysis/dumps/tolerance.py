@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Optional
 
 # one set of dtype spellings: torch's (``torch.float32``), numpy's and the aliases torch keeps (``half``, ``double``)
@@ -150,10 +150,6 @@ class Standard:
     rtol: float
     max_err_ratio: float
     max_norm_err: float
-
-    def as_dict(self) -> dict:
-        """A JSON-ready dict."""
-        return asdict(self)
 
     def text(self) -> str:
         """One CSV cell: ``float32: rtol 0.0001, err_ratio <= 0.001, norm_err <= 0.0001``."""

@@ -37,6 +37,8 @@ KEPT_ARGS = ("Call stack", "Input Dims", "Task Type", "id", "Sequence number")
 _NO_ARGS: dict = {}
 
 Role = str  # "host" | "python" | "runtime" | "device"
+# where an event or a step ends (µs): one property both classes share
+_END = property(lambda span: span.ts + span.dur, doc="ts + dur: where the span ends (µs).")
 
 
 class Event(NamedTuple):
@@ -51,9 +53,7 @@ class Event(NamedTuple):
     tid: Any
     args: dict
 
-    @property
-    def end(self) -> float:
-        return self.ts + self.dur
+    end = _END
 
     @property
     def is_op(self) -> bool:
@@ -69,9 +69,7 @@ class Step:
     dur: float
     tid: Any
 
-    @property
-    def end(self) -> float:
-        return self.ts + self.dur
+    end = _END
 
 
 @dataclass(frozen=True)
