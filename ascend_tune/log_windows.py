@@ -5,16 +5,19 @@ health feature's gradient norms), start back to the host in one transfer (:func:
 host, or on a device without events, the window is written at once; on an accelerator the read lags: it is written
 at the next step once its event has passed, so a log step never stalls the device. A written window is added to the
 run's totals, shown to the features (``on_window``: the fields they add to the line) and written to every sink with
-the run's context (epoch, rank, memory, where the host time went, each optimizer's loss).
+the run's context (epoch, rank, memory, where the host time went, each optimizer's loss: several optimizers'
+losses ride along in the same transfer).
 """
 
 from __future__ import annotations
 
 from typing import Any, Optional
 
+import torch
+
 from . import device, step_clock
 from .host_times import HostTimes
-from .steps import optimizer_losses
+from .steps import optimizer_loss_tensors, optimizer_losses
 
 
 class LogWindows:
@@ -41,8 +44,11 @@ class LogWindows:
         """Close the clock's window and start its read; write it now when it is already on the host."""
         entries, seconds, samples = clock.close_window()
         extra, layout = callbacks.read_along(ctx, entries) if callbacks.riders else (None, [])
+        names, losses = optimizer_loss_tensors(entries)
+        if losses:
+            extra = _joined(losses, extra)
         read = step_clock.read_back(entries, lag=True, extra=extra)
-        window = (read, seconds, samples, epoch, self.host.take(), layout)
+        window = (read, seconds, samples, epoch, self.host.take(), layout, names)
         if not self.pending and read.ready(False):
             self._write(window, callbacks, ctx)
         else:
@@ -55,10 +61,11 @@ class LogWindows:
             self._write(self.pending.pop(0), callbacks, ctx)
 
     def _write(self, pending: tuple, callbacks: Any, ctx: Any) -> None:
-        read, seconds, samples, epoch, host, layout = pending
+        read, seconds, samples, epoch, host, layout, names = pending
         window = step_clock.make_window(read.entries, seconds, samples, read.values())
         self.totals.add(window)
-        fields = callbacks.window(ctx, window, read.extra_values, layout) if layout else None
+        riding = read.extra_values[len(names):]  # the optimizers' losses first, then the riders' values
+        fields = callbacks.window(ctx, window, riding, layout) if layout else None
         if not self.sinks:
             return
         context = {  # what sinks.window_record adds to the window in metrics.jsonl
@@ -69,8 +76,18 @@ class LogWindows:
             "memory_mib": device.peak_memory_mib(self.device.kind) if self.device else None,
             "host_s": host,  # where the window's host time went (host_times.py)
         }
-        context.update(optimizer_losses(read.entries))  # several optimizers: each one's loss
+        if names:  # several optimizers: each one's loss
+            context.update(optimizer_losses(names, read.extra_values[:len(names)]))
         if fields:
             context.update(fields)
         for sink in self.sinks:
             sink.write(window, context)
+
+
+def _joined(losses: list, extra: Any) -> Any:
+    """The optimizers' losses (0-d tensors) and the riders' values (a 1-D tensor or None) as one 1-D tensor on the
+    riders' device, losses first (on the host in float64, where a float64 loss stays exact)."""
+    dev = extra.device if extra is not None else losses[0].device
+    dtype = torch.float64 if dev.type == "cpu" else torch.float32
+    stacked = torch.stack([t.to(dev, dtype) for t in losses])
+    return stacked if extra is None else torch.cat([stacked, extra.reshape(-1).to(dtype)])

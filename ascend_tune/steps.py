@@ -367,11 +367,22 @@ class StepTracker:
         self._on_end(step)
 
 
-def optimizer_losses(entries: list) -> dict:
-    """``{"losses": each optimizer's mean loss over a window's steps}`` (several optimizers stepping), or ``{}``."""
-    per: dict = {}
+def optimizer_loss_tensors(entries: list) -> tuple:
+    """Several optimizers stepping: (the optimizer name of each loss of ``entries``, in order; their losses, 0-d
+    tensors still on the device), read back with the window's own losses in one transfer; ([], []) otherwise."""
+    names, tensors = [], []
     for entry in entries:
         for name, loss in (entry.losses or {}).items():
             if loss is not None:
-                per.setdefault(name, []).append(float(loss))
-    return {"losses": {name: sum(values) / len(values) for name, values in per.items()}} if per else {}
+                names.append(name)
+                tensors.append(loss.detach().reshape(()))
+    return names, tensors
+
+
+def optimizer_losses(names: list, values: list) -> dict:
+    """``{"losses": each optimizer's mean loss over a window's steps}`` from the names of
+    :func:`optimizer_loss_tensors` and their values read back, or ``{}``."""
+    per: dict = {}
+    for name, value in zip(names, values):
+        per.setdefault(name, []).append(value)
+    return {"losses": {name: sum(v) / len(v) for name, v in per.items()}} if per else {}

@@ -181,3 +181,43 @@ def test_a_step_gradscaler_skips_is_a_skipped_step_also_before_the_first_real_on
     assert [(r["step"], r["skipped"]) for r in records] == [(0, 1), (1, 0), (2, 1), (3, 0)]
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["steps"] == 4 and summary["skipped_steps"] == 2
+
+
+def test_each_optimizers_loss_rides_with_the_window_read_and_is_not_read_one_by_one(tmp_path, monkeypatch):
+    """Several optimizers: each one's loss goes back with the window's losses in the one read of a log line (a
+    ``float()`` per loss would stall an accelerator's queue once per loss)."""
+    import sys
+
+    calls = []
+    for name in ("item", "cpu", "tolist", "numpy", "__float__", "__bool__"):
+        original = getattr(torch.Tensor, name)
+
+        def counting(self, *args, _original=original, _name=name, **kwargs):
+            if sys._getframe(1).f_globals.get("__name__", "").startswith("ascend_tune"):
+                calls.append(_name)
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, counting)
+    torch.manual_seed(0)
+    gen, disc = torch.nn.Linear(8, 8), torch.nn.Linear(8, 1)
+    opt_g = torch.optim.Adam(gen.parameters(), lr=1e-3)
+    opt_d = torch.optim.Adam(disc.parameters(), lr=1e-3)
+    seen = []
+    with TrainingMonitor(gen, opt_g, log_dir=tmp_path, quiet=True, log_every=5):
+        for _ in range(10):
+            real, noise = torch.randn(16, 8), torch.randn(16, 8)
+            d_loss = F.softplus(-disc(real)).mean() + F.softplus(disc(gen(noise).detach())).mean()
+            opt_d.zero_grad()
+            d_loss.backward()
+            opt_d.step()
+            g_loss = F.softplus(-disc(gen(noise))).mean()
+            opt_g.zero_grad()
+            g_loss.backward()
+            opt_g.step()
+            seen.append((d_loss.detach().clone(), g_loss.detach().clone()))
+    assert calls == ["tolist"] * 2  # one read per log line
+    records = read_jsonl(tmp_path / "metrics.jsonl")
+    for record, window in zip(records, (seen[:5], seen[5:])):
+        d_mean = sum(float(d) for d, _ in window) / 5
+        assert record["losses"]["optimizer0"] == pytest.approx(d_mean, rel=1e-6)
+        assert record["losses"]["Linear"] == pytest.approx(record["loss"], rel=1e-6)
