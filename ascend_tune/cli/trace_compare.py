@@ -25,6 +25,10 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     cmd.add_argument("--threshold", type=fraction, default=0.05,
                      help="exit 1 when the target's step is slower by more than this share of the base's and "
                           "beyond noise (default: 0.05 = 5%%)")
+    cmd.add_argument("--noise-floor", type=fraction, default=0.05, metavar="F",
+                     help="the least share of the base step counted as noise: how far two runs of identical code "
+                          "differ on this machine (default: 0.05; on a shared machine compare two base runs to "
+                          "measure it)")
     add_out(cmd, "write trace_compare.csv (every row) and trace_compare.json here")
     add_force(cmd)
     add_json(cmd, "the comparison", instead_of="text")
@@ -40,7 +44,8 @@ def _cmd_compare_trace(args: argparse.Namespace) -> int:
     from ..analysis.trace_compare.pair import compare_traces
     from ..analysis.trace_compare.table import render_text, to_dict, write_outputs
 
-    result = compare_traces(args.base, args.target, step=args.step, rank=args.rank)
+    result = compare_traces(args.base, args.target, step=args.step, rank=args.rank,
+                            noise_floor=args.noise_floor)
     if args.out:
         write_outputs(result, args.out, args.threshold, force=args.force)
     if args.json:

@@ -9,11 +9,11 @@ Noise is read from the traces themselves. A loaded machine stretches steps by a 
 land in proportion to a step's length), so a step's noise is relative: each side's spread is that of its log step
 times (1.4826 x the median absolute deviation, a standard deviation robust to one slow step); the gap is real when
 the ratio of the two median steps is beyond ``NOISE_SIGMAS`` of the two spreads combined, and the noise in ms is
-what that ratio adds to the base step, never under ``NOISE_FLOOR`` of it. Not the standard error of the medians:
-on a shared machine the load changes between two runs, and their medians drift apart by as much as single steps
-scatter within one run (measured on the loaded 2-core test machine: identical code, medians 20-50% apart). A row
-is a contributor only when the gap is real and the row's delta is beyond its own noise (``NOISE_SIGMAS`` of the
-spreads of the row's per-step ms, at most the step's noise: a row may be zero in some steps, so no logarithm).
+what that ratio adds to the base step, never under ``noise_floor`` of it (default ``NOISE_FLOOR``: two runs
+of identical code drift apart by more than their steps scatter within each run; on a shared machine by far more,
+so a user there raises it). Not the standard error of the medians, which holds only the scatter within the runs.
+A row is a contributor only when the gap is real and the row's delta is beyond its own noise (``NOISE_SIGMAS`` of
+the spreads of the row's per-step ms, at most the step's noise: a row may be zero in some steps, so no logarithm).
 """
 
 from __future__ import annotations
@@ -29,7 +29,10 @@ from ..traces.model import Trace
 from .attribute import LEVELS, OUTSIDE_LABEL, label_events, step_rows
 
 NOISE_SIGMAS = 3.0
-NOISE_FLOOR = 0.02  # of the base's median step
+# of the base's median step: what two runs of identical code differ by on a quiet machine, where the steps within one
+# run scatter less than the runs drift apart; on a shared one they drift far more (measured on the loaded 2-core test
+# machine: identical code run side by side, medians up to 57% apart), and ``noise_floor`` raises it
+NOISE_FLOOR = 0.05
 DEFAULT_THRESHOLD = 0.05
 UNATTRIBUTED = "unattributed"
 
@@ -157,10 +160,12 @@ def side_of(trace: Trace, step: Optional[int] = None) -> RunSide:
     )
 
 
-def compare_sides(base: RunSide, target: RunSide, next_action: str = "", notes: tuple = ()) -> TraceComparison:
-    """The comparison of two sides (``next_action`` is filled by :mod:`.next_action` for the top row)."""
+def compare_sides(base: RunSide, target: RunSide, next_action: str = "", notes: tuple = (),
+                  noise_floor: float = NOISE_FLOOR) -> TraceComparison:
+    """The comparison of two sides (``next_action`` is filled by :mod:`.next_action` for the top row;
+    ``noise_floor``: the least share of the base step counted as noise)."""
     gap = target.median_ms - base.median_ms
-    noise = _step_noise(base.step_ms, target.step_ms, base.median_ms)
+    noise = _step_noise(base.step_ms, target.step_ms, base.median_ms, noise_floor)
     real = gap > noise
     rows = []
     for level in LEVELS:
@@ -192,12 +197,12 @@ def _mean(counters: list) -> dict:
     return {label: us / len(counters) / 1e3 for label, us in total.items()}
 
 
-def _step_noise(base_ms, target_ms, base_step_ms: float) -> float:
-    """The ms that ``NOISE_SIGMAS`` of the two sides' log-spreads combined add to the base step (at least
-    ``NOISE_FLOOR`` of it)."""
+def _step_noise(base_ms, target_ms, base_step_ms: float, floor: float) -> float:
+    """The ms that ``NOISE_SIGMAS`` of the two sides' log-spreads combined add to the base step (at least ``floor``
+    of it)."""
     logs = [[math.log(v) for v in side if v > 0] for side in (base_ms, target_ms)]
     relative = math.expm1(NOISE_SIGMAS * math.hypot(_spread(logs[0]), _spread(logs[1])))
-    return base_step_ms * max(relative, NOISE_FLOOR)
+    return base_step_ms * max(relative, floor)
 
 
 def _noise(base_values, target_values, base_step_ms: float) -> float:

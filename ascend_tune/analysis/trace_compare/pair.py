@@ -23,7 +23,7 @@ from ..advisor.rules.sync import host_syncs
 from ..traces.find import TRACE_PATTERNS, find_traces
 from ..traces.listing import trace_rank
 from ..traces.model import Trace, read_trace
-from .compare import TraceComparison, compare_sides, side_of
+from .compare import NOISE_FLOOR, TraceComparison, compare_sides, side_of
 from .kinds import DATA, HOST_SYNC, OPTIMIZER
 
 PathLike = Union[str, os.PathLike]
@@ -31,13 +31,15 @@ _RULE_OF_KIND = {OPTIMIZER: unfused_optimizer, HOST_SYNC: host_syncs, DATA: slow
 
 
 def compare_traces(base: PathLike, target: PathLike, step: Optional[int] = None,
-                   rank: Optional[int] = None) -> TraceComparison:
+                   rank: Optional[int] = None, noise_floor: float = NOISE_FLOOR) -> TraceComparison:
     """Compare the target's trace with the base's; bad input raises ``InputError``.
 
     Parameters:
         base, target: a trace file, a ``*_ascend_pt`` folder, a profile folder or a run folder.
         step: compare this ``ProfilerStep#N`` on both sides instead of each side's median step.
         rank: the rank to take from a folder holding several ranks' traces.
+        noise_floor: the least share of the base step counted as noise (how far two runs of identical code
+            differ on the machine; default 5%).
     """
     notes: list = []
     paths = [pick_trace(path, rank, notes) for path in (base, target)]
@@ -49,7 +51,7 @@ def compare_traces(base: PathLike, target: PathLike, step: Optional[int] = None,
             notes.append(f"{side.path}: no module scopes, so no module rows; profile under TrainingMonitor"
                          "(model, ..., profile=...) (it records them), or torch.profiler with_stack=True, "
                          "with_modules=True")
-    comparison = compare_sides(*sides, notes=tuple(notes))
+    comparison = compare_sides(*sides, notes=tuple(notes), noise_floor=noise_floor)
     top = choose_top(comparison)
     return replace(comparison, top=top, next_action=next_action(comparison, top, target_trace))
 
