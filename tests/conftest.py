@@ -32,6 +32,25 @@ def _no_device_override(monkeypatch):
 
 
 @pytest.fixture
+def host_reads(monkeypatch) -> list:
+    """The reads of a tensor's values to the host (``item``, ``cpu``, ``tolist``, ``numpy``, ``float()``,
+    ``bool()``) that ascend_tune's own code makes, by name, in order (each one a stall on an accelerator)."""
+    import sys
+
+    calls: list = []
+    for name in ("item", "cpu", "tolist", "numpy", "__float__", "__bool__"):
+        original = getattr(torch.Tensor, name)
+
+        def counting(self, *args, _original=original, _name=name, **kwargs):
+            if sys._getframe(1).f_globals.get("__name__", "").startswith("ascend_tune"):
+                calls.append(_name)
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, counting)
+    return calls
+
+
+@pytest.fixture
 def one_thread():
     """torch on one thread for the test: tiny ops, where a second thread only adds contention on a shared 2-core
     machine (use with ``pytestmark = pytest.mark.usefixtures("one_thread")``)."""

@@ -118,20 +118,8 @@ def test_no_optimizer_passed_still_gives_the_grad_norm_and_tensorboard_shows_it(
     assert [e.value for e in events.Scalars("train/grad_norm")] == pytest.approx(expected, rel=1e-5)
 
 
-def test_health_reads_nothing_back_between_log_steps(tmp_path, monkeypatch):
-    import sys
-
+def test_health_reads_nothing_back_between_log_steps(tmp_path, host_reads):
     model, optimizer, _ = setup()
-    calls = []
-    for name in ("item", "cpu", "tolist", "numpy", "__float__", "__bool__"):
-        original = getattr(torch.Tensor, name)
-
-        def counting(self, *args, _original=original, _name=name, **kwargs):
-            if sys._getframe(1).f_globals.get("__name__", "").startswith("ascend_tune"):
-                calls.append(_name)
-            return _original(self, *args, **kwargs)
-
-        monkeypatch.setattr(torch.Tensor, name, counting)
     gen = torch.Generator().manual_seed(1)
     loader = DataLoader(TensorDataset(torch.randn(160, 8, generator=gen), torch.randint(0, 2, (160,), generator=gen)),
                         batch_size=8)  # 20 steps
@@ -142,7 +130,7 @@ def test_health_reads_nothing_back_between_log_steps(tmp_path, monkeypatch):
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
-    assert calls == ["tolist"] * 4  # one read per log line, the grad norms riding along with the losses
+    assert host_reads == ["tolist"] * 4  # one read per log line, the grad norms riding along with the losses
     assert all(r["grad_norm"] is not None for r in step_records(tmp_path))
 
 
