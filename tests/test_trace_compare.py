@@ -1,6 +1,7 @@
 """``ascend-tune compare-trace``: real torch.profiler traces of a tiny GPT and a CNN, made here under
 TrainingMonitor(profile=...), each target with one injected slowdown; the injected part must be the top row of its
-level, the rows must add up to the measured gap, and identical code must give no slowdown beyond noise."""
+level, the rows must add up to the measured gap, and identical code must give no slowdown beyond noise (with the
+noise floor two runs of identical code drift apart by on this machine)."""
 
 from __future__ import annotations
 
@@ -31,8 +32,8 @@ from ascend_tune.testing.models import (
 from ascend_tune.testing.torch_features import drop_library, fused_on_cpu_missing
 
 # Sized for a loaded 2-core machine, where the scheduler takes ~8 ms slices out of random steps and the load changes
-# between runs: each injected slowdown costs over 100 ms per step, beyond 3 spreads of step times; the steps
-# themselves stay a few ms.
+# between runs: each injected slowdown costs ~100 ms per step or more, several times the step (10-40 ms), beyond 3
+# spreads of log step times on either torch.
 STEPS = 14
 PROFILE = dict(skip_first=3, wait=0, warmup=1, active=9, repeat=1)
 # the slowed module's extra work: SLOW_ROUNDS tanh of SLOW_SHAPE, ~1.1-1.5 ms each on one core of the test machine
