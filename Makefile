@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.ascend_tune-installed
 DEMO_OUT ?= exp/demo
 
-.PHONY: install demo test lint bench clean
+.PHONY: install demo test test-wheel lint bench clean
 
 install: $(STAMP)
 
@@ -31,8 +31,21 @@ lint: install
 test: install lint
 	$(PY) -m pytest -q
 
+# The package as a user installs it: the wheel built from the sdist (tools/build_dist.py), installed (not
+# editable) into a fresh venv beside the same torch, and the launcher's and the plugin's tests run against it, with
+# nothing of the checkout on the path (pytest, not python -m pytest; tests/conftest.py checks where it came from).
+WHEEL_VENV ?= .venv-wheel
+test-wheel: install
+	rm -rf dist $(WHEEL_VENV)
+	$(PY) tools/build_dist.py dist
+	$(PYTHON) -m venv $(WHEEL_VENV)
+	$(WHEEL_VENV)/bin/python -m pip install -q "$(TORCH_SPEC)"
+	$(WHEEL_VENV)/bin/python tools/install_extras.py --wheel "$$(ls dist/*.whl)" test
+	ASCEND_TUNE_TEST_INSTALLED=1 $(WHEEL_VENV)/bin/pytest -q -p no:cacheprovider tests/test_launch.py \
+		tests/test_launch_real.py tests/test_pytest_plugin.py
+
 bench: install
 	@set -e; for f in benchmarks/*.py; do echo "== $$f"; $(PY) $$f; done
 
 clean:
-	rm -rf $(VENV) build *.egg-info exp
+	rm -rf $(VENV) $(WHEEL_VENV) build dist *.egg-info exp

@@ -17,6 +17,14 @@ from ascend_tune.testing.models import TinyGPT, TinyMLP, synthetic_classificatio
 
 pytest_plugins = ("pytester",)
 
+if os.environ.get("ASCEND_TUNE_TEST_INSTALLED"):  # make test-wheel: the installed package is the one under test
+    import ascend_tune
+
+    _checkout = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if os.path.dirname(os.path.abspath(ascend_tune.__file__)) == os.path.join(_checkout, "ascend_tune"):
+        raise pytest.UsageError(f"ASCEND_TUNE_TEST_INSTALLED is set but ascend_tune was imported from the checkout "
+                                f"({ascend_tune.__file__}): run the venv's pytest, not python -m pytest")
+
 SEED_LINE = re.compile(r"\(step=(\d+)\) Train Loss: ([\d\.]+), Train Steps/Sec: ([\d\.]+)")
 
 

@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+import ascend_tune
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # the public scripts run unmodified, read from a git checkout of their repository at a pinned commit
 # (tests/test_launch_real.py says which): (repository, commit, files)
@@ -18,11 +20,18 @@ PUBLIC = {
 }
 
 
+# the package under test: this checkout's (editable) or an installed wheel's (make test-wheel), which must work
+# on its own, with nothing of the checkout on the path
+CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(ascend_tune.__file__))) == ROOT
+
+
 def env(**extra: str) -> dict:
-    """The environment of a launched command: this checkout importable, one thread, no rank of the test's own."""
+    """The environment of a launched command: the package under test importable (the checkout, when it is the one
+    tested), one thread, no rank of the test's own."""
     out = {k: v for k, v in os.environ.items()
            if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT") and not k.startswith("ASCEND_TUNE_")}
-    out.update(PYTHONPATH=os.pathsep.join(p for p in (ROOT, out.get("PYTHONPATH", "")) if p), OMP_NUM_THREADS="1")
+    path = (ROOT,) if CHECKOUT else ()
+    out.update(PYTHONPATH=os.pathsep.join(p for p in (*path, out.get("PYTHONPATH", "")) if p), OMP_NUM_THREADS="1")
     out.update(extra)
     return out
 

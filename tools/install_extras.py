@@ -4,6 +4,10 @@ Run by ``make install`` after torch itself (``TORCH_SPEC``)::
 
     .venv/bin/python tools/install_extras.py test,plot,msprobe,msprof,tensorboard
 
+``make test-wheel`` installs a built wheel instead of the checkout (not editable, as a user installs it)::
+
+    .venv-wheel/bin/python tools/install_extras.py --wheel dist/ascend_tune-0.1.0-py3-none-any.whl test
+
 Every pip call gets a constraints file that pins the installed torch, so no extra can pull another torch (a CUDA
 build, or a newer release); torch wheels before 2.3 were built against numpy 1, so with those numpy is pinned below
 2 too. All extras go in one pip call; when that cannot resolve next to this torch, each extra is tried on its own
@@ -39,9 +43,9 @@ def constraints(version: str) -> list:
     return lines
 
 
-def pip_install(spec: str, constraints_file: str) -> subprocess.CompletedProcess:
+def pip_install(spec: str, constraints_file: str, editable: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "-c", constraints_file, "-e", spec],
+        [sys.executable, "-m", "pip", "install", "-q", "-c", constraints_file, *(["-e"] if editable else []), spec],
         cwd=ROOT, capture_output=True, text=True,
     )
 
@@ -52,23 +56,26 @@ def _reason(result: subprocess.CompletedProcess) -> str:
 
 
 def main(argv: list) -> int:
+    package, editable = ".", True
+    if argv[:1] == ["--wheel"]:
+        package, editable, argv = os.path.abspath(argv[1]), False, argv[2:]
     extras = [e for e in (argv[0] if argv else "").split(",") if e]
     before = torch_version()
     with tempfile.NamedTemporaryFile("w", suffix=".txt", prefix="ascend_tune-constraints-", delete=False) as fh:
         fh.write("\n".join(constraints(before)) + "\n")
         pins = fh.name
     try:
-        result = pip_install(f".[{','.join(extras)}]" if extras else ".", pins)
+        result = pip_install(f"{package}[{','.join(extras)}]" if extras else package, pins, editable)
         if result.returncode != 0:
             sys.stderr.write(result.stdout + result.stderr)
             print(f"ascend_tune: the extras [{','.join(extras)}] do not install together next to torch {before}; "
                   "trying each on its own", file=sys.stderr)
-            core = pip_install(".", pins)
+            core = pip_install(package, pins, editable)
             if core.returncode != 0:
                 sys.stderr.write(core.stdout + core.stderr)
                 return 1
             for extra in extras:
-                one = pip_install(f".[{extra}]", pins)
+                one = pip_install(f"{package}[{extra}]", pins, editable)
                 if one.returncode != 0:
                     print(f"ascend_tune: skipping the '{extra}' extra: it cannot be installed next to torch {before} "
                           f"({_reason(one)}); the tests that need it skip", file=sys.stderr)
