@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 from conftest import read_jsonl, read_log
-from launch_helpers import bare, launch, our_lines
+from launch_helpers import CHECKOUT, ROOT, bare, launch, our_lines
 
 SCRIPT = textwrap.dedent("""
     import os, signal, sys
@@ -141,8 +141,8 @@ def test_an_existing_sitecustomize_still_runs(tmp_path, script):
     site.mkdir()
     (site / "sitecustomize.py").write_text("import os\nos.environ['SITE_WAS_HERE'] = '1'\n")
     code = "import os; print(os.environ.get('SITE_WAS_HERE'))"
-    proc = launch([], [sys.executable, "-c", code], cwd=tmp_path, PYTHONPATH=os.pathsep.join(
-        [str(site), os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]))
+    proc = launch([], [sys.executable, "-c", code], cwd=tmp_path,
+                  PYTHONPATH=os.pathsep.join([str(site), *([ROOT] if CHECKOUT else [])]))
     assert proc.returncode == 0 and proc.stdout == "1\n", proc.stderr
 
 
@@ -171,3 +171,43 @@ def test_the_launchers_monitor_gives_way_to_a_block_the_script_opens_later(tmp_p
     assert proc.returncode == 0, proc.stderr
     assert len(read_log(own)) == 3 and len(read_log(run)) == 2  # each step monitored once
     assert json.loads((run / "summary.json").read_text())["interrupted_by"] == "TrainingMonitor"
+
+
+def test_an_install_without_the_bootstrap_says_so_and_the_command_runs_as_it_would(tmp_path, script):
+    import shutil
+
+    import ascend_tune
+
+    broken = tmp_path / "install"
+    shutil.copytree(os.path.dirname(ascend_tune.__file__), broken / "ascend_tune",
+                    ignore=shutil.ignore_patterns("bootstrap", "__pycache__"))
+    run = tmp_path / "run"
+    proc = launch(["--log-dir", str(run)], [sys.executable, str(script), "exit3"], cwd=tmp_path,
+                  PYTHONPATH=str(broken))
+    assert proc.returncode == 3 and proc.stdout.count("loss ") == 8
+    ours = our_lines(proc.stderr)
+    assert len(ours) == 1 and "sitecustomize.py: the command runs unmonitored; reinstall" in ours[0], proc.stderr
+    assert not run.exists()
+
+
+def test_a_process_that_steps_an_optimizer_unmonitored_says_so_at_its_end(tmp_path):
+    code = textwrap.dedent("""
+        import sys
+        import torch
+        w = torch.zeros(4, requires_grad=True)  # no module: the launcher never sees a training forward
+        optimizer = torch.optim.SGD([w], lr=0.1)
+        for _ in range(3):
+            loss = (torch.randn(8, 4) @ w - 1).pow(2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        sys.exit(4)
+    """)
+    run = tmp_path / "run"
+    proc = launch(["--log-dir", str(run)], [sys.executable, "-c", code], cwd=tmp_path)
+    assert proc.returncode == 4
+    assert our_lines(proc.stderr) == ["ascend-tune run: 3 optimizer steps ran in this process but no monitor "
+                                      "started: no training forward was seen (a module called with gradients on and "
+                                      "parameters that require them)"], proc.stderr
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["monitored"] is False and summary["optimizer_steps_seen"] == 3

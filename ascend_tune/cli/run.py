@@ -4,7 +4,8 @@ The launcher checks its options and the command, puts the bootstrap folder first
 options' environment variables (:mod:`ascend_tune.launch.options`) and *becomes* the command (``exec``): its exit
 status, signals, stdout and stderr are the command's own, unchanged. What each Python process of the command does
 with that is in :mod:`ascend_tune.launch.process`. A bad option, no command, or a command not found: one line, exit
-2, nothing run.
+2, nothing run. An install without the bootstrap runs the command unmonitored and says so in one line; a process
+that steps an optimizer with no monitor open says so at its end (:mod:`ascend_tune.launch.process`).
 """
 
 from __future__ import annotations
@@ -83,7 +84,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env[opt.ENV_HOME] = package_parent
     bootstrap = os.path.join(package_parent, "ascend_tune", "launch", "bootstrap")
-    env["PYTHONPATH"] = os.pathsep.join([bootstrap] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    if os.path.isfile(os.path.join(bootstrap, "sitecustomize.py")):
+        env["PYTHONPATH"] = os.pathsep.join([bootstrap] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep)
+                                                           if p])
+    else:  # an install without the bootstrap (a wheel built without its package data): said, never silent
+        print(f"{opt.PREFIX}this install of ascend_tune has no {os.path.join(bootstrap, 'sitecustomize.py')}: "
+              f"the command runs unmonitored; reinstall ascend-tune", file=sys.stderr)
     sys.stdout.flush()
     sys.stderr.flush()
     os.execve(program, command, env)  # the launcher becomes the command: its status, signals and output

@@ -28,7 +28,7 @@ from typing import Any, Optional
 from .options import PREFIX, RunOptions
 
 _state: dict = {"installed": False, "hook": None, "monitor": None, "pid": None, "ended_by": None, "said": set(),
-                "inside": set()}
+                "inside": set(), "unwatched": None, "unwatched_steps": 0, "why_not": None}
 _lock = threading.Lock()
 
 
@@ -73,8 +73,12 @@ class _TorchImportWatch(importlib.abc.MetaPathFinder):
 
 def _torch_imported() -> None:
     import torch
+    from torch.optim.optimizer import register_optimizer_step_post_hook
 
     _state["hook"] = torch.nn.modules.module.register_module_forward_pre_hook(_on_forward)
+    # until a monitor opens, optimizer steps are counted: a process that trained unmonitored says so at its end
+    _state["unwatched"] = register_optimizer_step_post_hook(_count_unwatched_step)
+    atexit.register(_contained, _say_if_trained_unmonitored)
     _close_before_destroy()  # now, before a script's `from torch.distributed import destroy_process_group`
 
 
@@ -108,6 +112,37 @@ def _watch_forward(module: Any) -> None:
         _state["inside"].update(id(m) for m in module.modules())
 
 
+def _count_unwatched_step(optimizer: Any, args: Any, kwargs: Any) -> None:
+    _state["unwatched_steps"] += 1
+
+
+def _stop_counting_steps() -> None:
+    if _state["unwatched"] is not None:
+        _state["unwatched"].remove()
+        _state["unwatched"] = None
+
+
+def _say_if_trained_unmonitored() -> None:
+    """At the process's end: optimizer steps ran and no monitor opened (a script's own block aside). One line on
+    stderr, and a ``summary.json`` saying why where the run folder has none."""
+    steps = _state["unwatched_steps"]
+    if _state["unwatched"] is None or steps == 0 or _state["pid"] is not None:
+        return
+    why = _state["why_not"] or ("no training forward was seen (a module called with gradients on and parameters "
+                                "that require them)")
+    _say(f"{steps} optimizer step{'s' if steps != 1 else ''} ran in this process but no monitor started: {why}")
+    options = RunOptions.from_env()
+    if options is None or int(os.environ.get("RANK", "0") or 0) != 0:
+        return
+    import json
+
+    path = os.path.join(options.log_dir, "summary.json")
+    if not os.path.exists(path):  # never over what a run wrote
+        os.makedirs(options.log_dir, exist_ok=True)
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump({"monitored": False, "not_monitored_because": why, "optimizer_steps_seen": steps}, fh)
+
+
 def _stop_watching_forwards() -> None:
     if _state["hook"] is not None:
         _state["hook"].remove()
@@ -122,6 +157,7 @@ def _open(model: Any) -> None:
         _say("the script opens its own TrainingMonitor block: that block monitors it, the launcher stays out",
              once="own block")
         _stop_watching_forwards()
+        _stop_counting_steps()
         return
     options = RunOptions.from_env()
     monitor = TrainingMonitor(model, None, None, log_dir=options.log_dir, log_every=options.log_every,
@@ -129,6 +165,7 @@ def _open(model: Any) -> None:
     monitor.gives_way = True
     monitor.__enter__()
     _state["monitor"], _state["pid"] = monitor, os.getpid()
+    _stop_counting_steps()
     atexit.register(_at_exit)
     _chain_excepthook()
     loader = _loader_in_frames()
@@ -202,6 +239,7 @@ def _contained(fn: Any, *args: Any) -> Any:
     try:
         return fn(*args)
     except Exception as exc:  # the launcher never stops the run it watches
+        _state["why_not"] = _state["why_not"] or f"{type(exc).__name__}: {exc}"
         _say(f"stopped monitoring this process ({type(exc).__name__}: {exc})", once="failed")
         return None
 
