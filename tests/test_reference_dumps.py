@@ -47,7 +47,5 @@ def fresh(tmp_path_factory):
 def test_a_recording_task_writes_what_it_wrote_before(fresh, scenario):
     old = reference.load(os.path.join(reference.FIXTURE, f"{scenario}.json.gz"))
     new = reference.load(os.path.join(fresh, f"{scenario}.json.gz"))
-    assert reference.differences(old, new) == []
-    with open(os.path.join(reference.FIXTURE, f"{scenario}.json.gz"), "rb") as fh:
-        assert fh.read() == reference.encode(new)  # byte for byte, after normalisation
+    assert reference.differences(old, new, reference.rtol(scenario)) == []
     assert any(name.endswith("dump.json") or name.endswith("replay.csv") for name in new)
