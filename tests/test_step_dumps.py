@@ -126,8 +126,10 @@ def test_a_dump_of_the_previous_version_compares_with_a_new_one(dumps, capsys, t
         for base, target in ((PREVIOUS, step(dumps, engine, "adamw", 1)), (step(dumps, engine, "adamw", 1), PREVIOUS)):
             code, summary = compare(capsys, base, target)
             assert code == 0, summary["first_divergence"]
-    code, summary = compare(capsys, PREVIOUS, step(dumps, "builtin", "adamw", 4))  # the fault, against the old
-    assert code == 1 and summary["first_divergence"]["op"] == "Tensor.addcdiv_.0.forward"
+    # a fault against the old dump: lerp_'s (addcdiv_ divides by sqrt(v) ~ |grad|: against a dump of another CPU's
+    # kernels its inputs carry their rounding, amplified 1e4-fold, and statistics cannot decide it: uncertain)
+    code, summary = compare(capsys, PREVIOUS, step(dumps, "builtin", "adamw", 5))
+    assert code == 1 and summary["first_divergence"]["op"] == "Tensor.lerp_.0.forward"
     main(["compare-dump", PREVIOUS, str(step(dumps, "builtin", "adamw", 1)), "-o", str(tmp_path / "out")])
     capsys.readouterr()
     with open(tmp_path / "out" / "compare_result.csv", encoding="utf-8") as fh:

@@ -36,10 +36,11 @@ from ascend_tune.testing.torch_features import drop_library, fused_on_cpu_missin
 # spreads of log step times on either torch.
 STEPS = 14
 PROFILE = dict(skip_first=3, wait=0, warmup=1, active=9, repeat=1)
-# the slowed module's extra work: SLOW_ROUNDS tanh of SLOW_SHAPE, ~1.1-1.5 ms each on one core of the test machine
-# (compute, not per-op overhead: the same on every torch), ~130 ms a step
-SLOW_ROUNDS = 100
+# the slowed module's extra work: SLOW_ROUNDS tanh of SLOW_SHAPE (compute, not per-op overhead: the same on every
+# torch), as many as take SLOW_MS on one core of this machine (timed once: one tanh of it takes 0.12 ms with one
+# CPU's AVX2 kernel and 1.5 ms on another machine)
 SLOW_SHAPE = (256, 1024)
+SLOW_MS = 130
 SYNC_READS = 1000  # a read-back loop per step: float(loss), then Python work on what was read, SYNC_READS times
 SYNC_MS = 120  # the loop's length; the Python between two reads counts as host-sync time (a read-back loop)
 
@@ -51,6 +52,26 @@ def _python_taking(ms: float) -> int:
     return max(100, int(200_000 * ms / 1e3 / (time.perf_counter() - start)))
 
 
+def _tanh_rounds_taking(ms: float) -> int:
+    """How many tanh of SLOW_SHAPE take about ``ms`` on one thread here (the fastest of three timings: load only
+    ever makes a timing longer)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        best = float("inf")
+        with torch.no_grad():
+            work = torch.full(SLOW_SHAPE, 0.5)
+            for _ in range(3):
+                start = time.perf_counter()
+                for _ in range(10):
+                    work = torch.tanh(work)
+                best = min(best, (time.perf_counter() - start) / 10)
+    finally:
+        torch.set_num_threads(threads)
+    return max(10, int(ms / 1e3 / best))
+
+
+SLOW_ROUNDS = _tanh_rounds_taking(SLOW_MS)
 SYNC_WORK = _python_taking(SYNC_MS / SYNC_READS)  # few events per step: a profiled read costs 1-7 us by torch
 DATA_SLEEP_S = 0.15  # a slow collate per batch
 
