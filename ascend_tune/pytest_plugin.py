@@ -92,7 +92,7 @@ def loss_log() -> Callable[[Any], Any]:
 
 @pytest.fixture
 def assert_loss_aligned() -> Callable[..., Any]:
-    """The assertion ``assert_loss_aligned(base, target, threshold=0.05)``, as a fixture."""
+    """The assertion ``assert_loss_aligned(base, target, threshold=...)`` (5% by default), as a fixture."""
     from ascend_tune.testing.alignment import assert_loss_aligned as check
 
     return check

@@ -10,6 +10,7 @@ import argparse
 import inspect
 from typing import Callable, Optional
 
+from ..analysis.defaults import LOSS_GAP
 from ..errors import ConfigError
 
 FORCE_HELP = "replace output files that already exist (default: refuse)"
@@ -87,8 +88,9 @@ def add_json(parser: argparse.ArgumentParser, what: str, instead_of: str = "") -
 
 def add_threshold(parser: argparse.ArgumentParser) -> None:
     """Add ``--threshold``: the mean relative loss gap below which two runs are aligned."""
-    parser.add_argument("--threshold", type=fraction, default=0.05,
-                        help="mean relative gap below which the runs are aligned (default: 0.05 = 5%%)")
+    parser.add_argument("--threshold", type=fraction, default=LOSS_GAP,
+                        help=f"mean relative gap below which the runs are aligned (default: {LOSS_GAP:g} = "
+                             f"{LOSS_GAP * 100:g}%%)")
 
 
 def add_selectors(parser: argparse.ArgumentParser) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from ..analysis.defaults import TRACE_NOISE_FLOOR, TRACE_THRESHOLD
 from .args import add_command, add_force, add_json, add_out, count, fraction, int_at_least
 
 
@@ -22,13 +23,13 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
                      "median step)")
     cmd.add_argument("--rank", type=count, help="the rank to take from folders holding several ranks' traces")
     cmd.add_argument("--top", type=int_at_least(1), default=10, help="rows shown per level (default: 10)")
-    cmd.add_argument("--threshold", type=fraction, default=0.05,
+    cmd.add_argument("--threshold", type=fraction, default=TRACE_THRESHOLD,
                      help="exit 1 when the target's step is slower by more than this share of the base's and "
-                          "beyond noise (default: 0.05 = 5%%)")
-    cmd.add_argument("--noise-floor", type=fraction, default=0.05, metavar="F",
+                          f"beyond noise (default: {TRACE_THRESHOLD:g} = {TRACE_THRESHOLD * 100:g}%%)")
+    cmd.add_argument("--noise-floor", type=fraction, default=TRACE_NOISE_FLOOR, metavar="F",
                      help="the least share of the base step counted as noise: how far two runs of identical code "
-                          "differ on this machine (default: 0.05; on a shared machine compare two base runs to "
-                          "measure it)")
+                          f"differ on this machine (default: {TRACE_NOISE_FLOOR:g}; on a shared machine compare two "
+                          "base runs to measure it)")
     add_out(cmd, "write trace_compare.csv (every row) and trace_compare.json here")
     add_force(cmd)
     add_json(cmd, "the comparison", instead_of="text")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import Union
 
+from ..analysis.defaults import LOSS_GAP
 from ..analysis.logs.compare import LossComparison, compare_loss
 from ..analysis.logs.model import LossLog
 from ..analysis.logs.read import read_log
@@ -12,7 +13,7 @@ from ..analysis.logs.read import read_log
 LogLike = Union[str, "os.PathLike[str]", LossLog]
 
 
-def assert_loss_aligned(base: LogLike, target: LogLike, threshold: float = 0.05) -> LossComparison:
+def assert_loss_aligned(base: LogLike, target: LogLike, threshold: float = LOSS_GAP) -> LossComparison:
     """Fail unless the target run's loss curve is within ``threshold`` mean relative gap of the base run's.
 
     Parameters:

@@ -34,6 +34,7 @@ from typing import Optional
 import numpy as np
 
 from ...errors import InputError
+from ..defaults import LOSS_GAP
 from .grad_norm import GradNormGap, compare_grad_norm
 from .model import LossLog
 
@@ -92,7 +93,7 @@ class LossComparison:
         return out
 
 
-def compare_loss(base: LossLog, target: LossLog, threshold: float = 0.05, align: str = "step") -> LossComparison:
+def compare_loss(base: LossLog, target: LossLog, threshold: float = LOSS_GAP, align: str = "step") -> LossComparison:
     """Compare the loss curves of two runs.
 
     Parameters:

@@ -19,6 +19,7 @@ from typing import Any, Optional
 from ...errors import InputError
 from ...formats.dump_layout import REPLAY_JSON
 from ...formats.run_dir import SHAPES_CSV, SUMMARY_JSON, TUNING_JSON
+from ..defaults import LOSS_GAP
 from ..logs.compare import LossComparison, compare_loss
 from ..logs.model import LossLog
 from ..logs.read import read_log
@@ -62,7 +63,7 @@ class RunReport:
         return steps
 
 
-def build_report(run: str, baseline: Optional[str] = None, threshold: float = 0.05, advise: bool = True,
+def build_report(run: str, baseline: Optional[str] = None, threshold: float = LOSS_GAP, advise: bool = True,
                  baseline_reading: Optional[dict] = None, jobs: Optional[int] = None) -> RunReport:
     """Gather a run folder's outputs into a :class:`RunReport`.
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ...errors import InputError
+from ..defaults import TRACE_NOISE_FLOOR, TRACE_THRESHOLD
 from ..traces.model import Trace
 from .attribute import LEVELS, OUTSIDE_LABEL, label_events, step_rows
 
@@ -32,8 +33,8 @@ NOISE_SIGMAS = 3.0
 # of the base's median step: what two runs of identical code differ by on a quiet machine, where the steps within one
 # run scatter less than the runs drift apart; on a shared one they drift far more (measured on the loaded 2-core test
 # machine: identical code run side by side, medians up to 57% apart), and ``noise_floor`` raises it
-NOISE_FLOOR = 0.05
-DEFAULT_THRESHOLD = 0.05
+NOISE_FLOOR = TRACE_NOISE_FLOOR
+DEFAULT_THRESHOLD = TRACE_THRESHOLD
 UNATTRIBUTED = "unattributed"
 
 
