@@ -119,7 +119,8 @@ def test_an_extra_that_cannot_install_next_to_this_torch_is_skipped_with_a_messa
     install = _install_tool()
     calls = []
 
-    def pip_install(spec, constraints_file):
+    def pip_install(spec, constraints_file, editable=True):
+        assert editable  # the checkout, as make install installs it
         calls.append(spec)
         with open(constraints_file, encoding="utf-8") as fh:
             assert fh.readline().startswith("torch==")  # every call pins the torch it found
