@@ -6,7 +6,7 @@ offline commands) do not pay for importing torch.
 
 from ._version import __version__
 from .errors import AscendTuneError
-from .lazy import lazy_names
+from .lazy import keep_moved_modules, lazy_names
 
 __all__ = [
     "AscendTuneError", "DeviceInfo", "HealthConfig", "PrecisionConfig", "ProfileConfig", "ShapesConfig",
@@ -14,7 +14,7 @@ __all__ = [
 ]
 
 _LAZY = {
-    "TrainingMonitor": "ascend_tune.monitor",
+    "TrainingMonitor": "ascend_tune.runtime.monitor",
     "AscendTuneError": "ascend_tune.errors",
     "DeviceInfo": "ascend_tune.device",
     "detect_device": "ascend_tune.device",
@@ -27,3 +27,11 @@ _LAZY = {
 }
 
 __getattr__, __dir__ = lazy_names(__name__, {**_LAZY, "__version__": "ascend_tune._version"})
+
+# the modules that moved into runtime/ and contract/ (0.1.0's layout): their old import paths keep working
+keep_moved_modules({
+    **{f"ascend_tune.{m}": f"ascend_tune.runtime.{m}" for m in (
+        "monitor", "options", "sigterm", "capture", "batch_indices", "optimizer_watch", "steps", "step_clock",
+        "log_windows", "host_times", "sinks")},
+    **{f"ascend_tune.{m}": f"ascend_tune.contract.{m}" for m in ("callbacks", "context", "outputs", "events")},
+})

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from conftest import read_jsonl
 
 from ascend_tune import AscendTuneError, TrainingMonitor
-from ascend_tune.callbacks import Callback
+from ascend_tune.contract.callbacks import Callback
 
 
 class Recorder(Callback):

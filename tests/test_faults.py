@@ -227,7 +227,7 @@ def test_a_feature_that_raises_is_warned_once_and_driven_no_more(setup, tmp_path
 
 def test_a_users_callback_error_is_the_users_own(setup, tmp_path):
     from ascend_tune import TrainingMonitor
-    from ascend_tune.callbacks import Callback
+    from ascend_tune.contract.callbacks import Callback
 
     class Stop(Callback):
         def on_step_end(self, ctx, step):
@@ -242,7 +242,8 @@ def test_a_users_callback_error_is_the_users_own(setup, tmp_path):
 
 
 def test_a_bug_in_the_step_log_costs_the_log_not_the_run(setup, tmp_path, monkeypatch, caplog):
-    from ascend_tune import TrainingMonitor, step_clock
+    from ascend_tune import TrainingMonitor
+    from ascend_tune.runtime import step_clock
 
     real = step_clock.make_window
 
@@ -277,8 +278,8 @@ def test_sigint_keeps_working_and_the_sigterm_handler_is_restored(setup, tmp_pat
 def test_a_sigterm_during_a_write_waits_for_it_and_a_forked_child_only_passes_it_on():
     import contextlib
 
-    from ascend_tune.outputs import Outputs
-    from ascend_tune.sigterm import SigtermHandler
+    from ascend_tune.contract.outputs import Outputs
+    from ascend_tune.runtime.sigterm import SigtermHandler
 
     seen = []
     before = signal.signal(signal.SIGTERM, lambda signum, frame: seen.append("previous"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
 import inspect
 import os
 import subprocess
@@ -11,10 +12,13 @@ import sys
 from pathlib import Path
 
 import ascend_tune
-from ascend_tune.callbacks import FEATURES
+from ascend_tune.contract.callbacks import FEATURES
 
 PACKAGE = Path(ascend_tune.__file__).parent
 ROOT = PACKAGE.parent
+_spec = importlib.util.spec_from_file_location("architecture_map", ROOT / "tools" / "architecture_map.py")
+architecture_map = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(architecture_map)  # the layers and the map of docs/architecture.md
 
 
 def _modules(under: Path = PACKAGE) -> dict:
@@ -121,16 +125,32 @@ def test_no_import_cycle_among_the_package_modules_also_for_type_checking():
 
 def test_offline_rooms_never_import_the_cli_or_the_runtime():
     known = _modules()
-    runtime = ("ascend_tune.monitor", "ascend_tune.capture", "ascend_tune.steps", "ascend_tune.sinks",
-               "ascend_tune.outputs", "ascend_tune.cli", "ascend_tune.recording", *FEATURES.values())
-    wrong = []
-    for name, path in known.items():
-        if not (name.startswith("ascend_tune.analysis") or name.startswith("ascend_tune.formats")):
-            continue
-        for target in _imports(name, path, known):
-            if target.startswith(runtime):
-                wrong.append(f"{name} -> {target}")
+    above = ("ascend_tune.runtime", "ascend_tune.contract", "ascend_tune.cli", "ascend_tune.recording",
+             "ascend_tune.launch", "ascend_tune.demo", *FEATURES.values())
+    wrong = [f"{name} -> {target}" for name, path in known.items()
+             if _in_package(name, "ascend_tune.analysis") or _in_package(name, "ascend_tune.formats")
+             for target in _imports(name, path, known) if any(_in_package(target, a) for a in above)]
     assert not wrong, wrong
+
+
+def _layer(name: str) -> int:
+    return architecture_map.layer_of(name)
+
+
+def test_every_module_is_in_a_layer_and_imports_go_down():
+    known = _modules()
+    layers = architecture_map.LAYERS
+    wrong = [f"{name} ({layers[_layer(name)][0]}) -> {target} ({layers[_layer(target)][0]})"
+             for name, path in known.items() for target in _imports(name, path, known, type_checking=True)
+             if _layer(target) < _layer(name)]
+    assert not wrong, wrong
+
+
+def test_the_package_top_holds_the_base_and_the_entry_points_only():
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(top) <= 8, top
+    assert top == ["__init__.py", "__main__.py", "_version.py", "config.py", "device.py", "errors.py", "lazy.py",
+                   "pytest_plugin.py"]
 
 
 def test_no_module_is_past_the_size_a_reader_can_hold():
@@ -139,7 +159,8 @@ def test_no_module_is_past_the_size_a_reader_can_hold():
 
 
 # the runtime modules a reader follows step by step: no function there longer than a screen
-SHORT_FUNCTIONS = ("ascend_tune.monitor", "ascend_tune.capture", "ascend_tune.steps", "ascend_tune.recording")
+SHORT_FUNCTIONS = ("ascend_tune.runtime.monitor", "ascend_tune.runtime.capture", "ascend_tune.runtime.steps",
+                   "ascend_tune.recording")
 
 
 def test_no_function_of_the_step_path_is_past_a_screen():
@@ -158,11 +179,7 @@ def _in_package(name: str, package: str) -> bool:
 
 
 # what a feature's modules may import besides their own package: the layers below the features
-BELOW_FEATURES = ("ascend_tune.recording", "ascend_tune.capture", "ascend_tune.step_clock", "ascend_tune.sinks",
-                  "ascend_tune.outputs", "ascend_tune.events",
-                  "ascend_tune.formats", "ascend_tune.config", "ascend_tune.errors", "ascend_tune.callbacks",
-                  "ascend_tune.context", "ascend_tune.device", "ascend_tune.analysis", "ascend_tune.lazy",
-                  "ascend_tune._version")
+BELOW_FEATURES = tuple(p for _, _, packages in architecture_map.LAYERS[3:] for p in packages if p != "ascend_tune")
 
 
 def test_a_feature_imports_only_the_layers_below_it_never_another_feature():
@@ -204,3 +221,9 @@ def test_every_feature_is_a_package_of_the_same_shape():
         assert list(inspect.signature(callback.build_callback).parameters) == ["value", "ctx"], package
         init = (folder / "__init__.py").read_text(encoding="utf-8")
         assert "lazy_names(__name__" in init, f"{package}/__init__.py re-exports through ascend_tune.lazy"
+
+
+def test_the_map_of_docs_architecture_is_the_modules_own():
+    assert architecture_map.on_page() == architecture_map.render(), (
+        "docs/architecture.md's map is not the modules' own (a module added, moved or gone, or a docstring's first "
+        "sentence changed): python tools/architecture_map.py --write")

@@ -13,7 +13,8 @@ import torch.nn.functional as F
 from conftest import SEED_LINE, read_jsonl, read_log, train
 from torch.utils.data import DataLoader, DistributedSampler
 
-from ascend_tune import AscendTuneError, TrainingMonitor, capture
+from ascend_tune import AscendTuneError, TrainingMonitor
+from ascend_tune.runtime import capture
 from ascend_tune.testing.models import TinyMLP, synthetic_classification
 from ascend_tune.testing.torch_features import cpu_grad_scaler_missing
 

@@ -12,11 +12,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ascend_tune import sinks, step_clock
+from ascend_tune.contract.outputs import LineFile, Outputs
 from ascend_tune.errors import OutputError
 from ascend_tune.formats.atomic import make_below, write_atomic
-from ascend_tune.outputs import LineFile, Outputs
-from ascend_tune.steps import ClosedStep
+from ascend_tune.runtime import sinks, step_clock
+from ascend_tune.runtime.steps import ClosedStep
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ascend_tune.steps import StepTracker
+from ascend_tune.runtime.steps import StepTracker
 
 losses = st.floats(min_value=-100, max_value=100, allow_nan=False).map(lambda x: round(x, 3))
 

@@ -19,7 +19,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
 def _cmd_demo(args: argparse.Namespace) -> int:
     """Train a small CNN twice (float32 reference, bfloat16 target) under TrainingMonitor and write their
     alignment page."""
-    from ..demo import run_demo
+    from ..demo.pair import run_demo
 
     result = run_demo(out=args.out, steps=args.steps)
     print("ascend-tune demo wrote:")

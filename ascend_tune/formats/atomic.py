@@ -5,7 +5,8 @@
   is removed whatever went wrong, so a full disk or a vanished folder leaves no ``*.tmp<pid>`` behind.
 - :func:`make_folder` / :func:`make_below` / :func:`refuse_existing`: the folders and the refusals around them.
 
-A monitored run writes through :class:`ascend_tune.outputs.Outputs`, which turns these errors into a lost output.
+A monitored run writes through :class:`ascend_tune.contract.outputs.Outputs`, which turns these errors into a lost
+output.
 """
 
 from __future__ import annotations

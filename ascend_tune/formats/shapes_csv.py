@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from ..errors import InputError
-from ..formats.run_dir import SHAPES_CSV
+from .run_dir import SHAPES_CSV
 
 COLUMNS = (
     "Function Name", "Call Stack", "File", "Line", "Input Shape Range", "Output Shape Range", "Distinct Shapes",

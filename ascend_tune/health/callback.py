@@ -21,19 +21,19 @@ from typing import TYPE_CHECKING, Any, Optional
 import torch
 
 from ..analysis.health import anomaly_line
-from ..callbacks import Callback, build_feature
+from ..contract.callbacks import Callback, build_feature
+from ..contract.lines import json_line
+from ..contract.outputs import LineFile
 from ..formats.atomic import make_folder
 from ..formats.run_dir import ANOMALIES_JSONL, HEALTH_DIR, MODULES_JSONL, rank_dir_name
-from ..outputs import LineFile
 from ..recording.frames import internal
-from ..sinks import json_line
 from .config import HealthConfig
 from .gradients import GradNorms
 from .modules import ModuleStats
 from .spikes import SpikeRule
 
 if TYPE_CHECKING:
-    from ..context import RunContext
+    from ..contract.context import RunContext
 
 logger = logging.getLogger("ascend_tune")
 METRICS = ("loss", "grad_norm")

@@ -6,7 +6,7 @@ What the two lines learn from their arguments, this learns by watching:
   other module's forward (the outermost module: the model; its submodules' names are the dump's module names).
   torchrun's agent, DataLoader workers, ``setup.py`` or ``pip`` never do: they are left untouched and write nothing.
   Until torch is imported nothing is installed but an import watcher, so a process without torch pays nothing;
-- the optimizer(s) that step: the monitor's global optimizer hooks (:mod:`ascend_tune.optimizer_watch`);
+- the optimizer(s) that step: the monitor's global optimizer hooks (:mod:`ascend_tune.runtime.optimizer_watch`);
 - the loader: a ``DataLoader`` held by the frames that run the first forward (the loop iterating it), marked from
   its next pass on (:meth:`~ascend_tune.TrainingMonitor.adopt_loader`).
 
@@ -151,7 +151,7 @@ def _stop_watching_forwards() -> None:
 
 
 def _open(model: Any) -> None:
-    from ..monitor import _OPEN, TrainingMonitor
+    from ..runtime.monitor import _OPEN, TrainingMonitor
 
     if _OPEN:
         _say("the script opens its own TrainingMonitor block: that block monitors it, the launcher stays out",

@@ -14,7 +14,7 @@ import logging
 import os
 from typing import TYPE_CHECKING, Any, Optional
 
-from ..callbacks import Callback
+from ..contract.callbacks import Callback
 from ..errors import ConfigError, OutputError
 from ..formats.atomic import make_below, make_folder
 from ..formats.dump_layout import step_of_dir
@@ -25,7 +25,7 @@ from .config import ENV_DUMP, PrecisionConfig, first_common_step, precision_conf
 if TYPE_CHECKING:
     from ..analysis.dumps.overflow import Overflow
     from ..analysis.dumps.replay import ReplayReport
-    from ..context import RunContext
+    from ..contract.context import RunContext
 
 logger = logging.getLogger("ascend_tune")
 

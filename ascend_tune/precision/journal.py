@@ -18,9 +18,9 @@ import json
 import os
 from typing import Optional
 
+from ..contract.outputs import LineFile
 from ..formats.atomic import write_json_atomic
 from ..formats.dump_layout import CONSTRUCT_JSON, DUMP_JSON, JOURNAL, STACK_JSON
-from ..outputs import LineFile
 
 
 class StepWriter:

@@ -11,12 +11,12 @@ import contextlib
 import os
 from typing import TYPE_CHECKING, Any, Optional
 
-from ..callbacks import Callback
+from ..contract.callbacks import Callback
 from .config import ProfileConfig
 from .schedule import StepProfiler
 
 if TYPE_CHECKING:
-    from ..context import RunContext
+    from ..contract.context import RunContext
 
 
 class ProfilerCallback(Callback):

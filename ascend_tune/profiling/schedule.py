@@ -19,9 +19,9 @@ import logging
 import os
 from typing import Any, Callable, Optional, Union
 
+from ..contract.outputs import Outputs
 from ..errors import ConfigError
 from ..formats.run_dir import PROFILE_DIR, rank_dir_name
-from ..outputs import Outputs
 from . import backends
 from .config import ProfileConfig
 from .retention import TraceRetention

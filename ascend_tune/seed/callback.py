@@ -2,19 +2,19 @@
 
 Why a feature and not one of TrainingMonitor's own options: like the others it has its own config, its own entry in
 summary.json and an order among the features (it seeds before ``tune=``'s probes and the user's first batch,
-:data:`ascend_tune.callbacks.FEATURES`); the monitor's own options are about the step clock and its outputs.
+:data:`ascend_tune.contract.callbacks.FEATURES`); the monitor's own options are about the step clock and its outputs.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Optional
 
-from ..callbacks import Callback
+from ..contract.callbacks import Callback
 from .config import SeedConfig
 from .seeding import seed_all
 
 if TYPE_CHECKING:
-    from ..context import RunContext
+    from ..contract.context import RunContext
 
 
 class SeedCallback(Callback):

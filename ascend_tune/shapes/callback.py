@@ -34,7 +34,7 @@ import weakref
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from ..callbacks import Callback
+from ..contract.callbacks import Callback
 from ..formats.run_dir import SHAPES_CSV
 from ..formats.shapes_csv import ShapeRow, csv_bytes, shape_range, warning_text
 from ..recording import catalog
@@ -47,7 +47,7 @@ from .config import ShapesConfig
 from .watch import Op, refuse_foreign_dumps, shapes_of, user_stack
 
 if TYPE_CHECKING:
-    from ..context import RunContext
+    from ..contract.context import RunContext
 
 __all__ = ["ShapesCallback", "build_callback"]
 

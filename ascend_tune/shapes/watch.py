@@ -10,7 +10,7 @@ from ..errors import ConfigError
 from ..recording import stacks
 
 if TYPE_CHECKING:
-    from ..context import RunContext
+    from ..contract.context import RunContext
 
 
 class Op:

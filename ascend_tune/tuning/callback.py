@@ -7,11 +7,11 @@ import logging
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, Optional
 
-from ..callbacks import Callback
+from ..contract.callbacks import Callback
 from .config import TuneConfig
 
 if TYPE_CHECKING:
-    from ..context import RunContext
+    from ..contract.context import RunContext
 
 # torch-heavy modules (device, metrics, compile_mode, optimizer_swap) are imported where they are used
 logger = logging.getLogger("ascend_tune")
@@ -65,7 +65,7 @@ class TuningCallback(Callback):
         for variant, why in decision.refused.items():
             logger.info("ascend_tune: tune optimizer: not %s: %s", variant, why)
         if ctx.is_main and decision.action == "reported":
-            from ..sinks import console  # the one line a user sees (rank 0, unless quiet)
+            from ..contract.lines import console  # the one line a user sees (rank 0, unless quiet)
 
             console.info("ascend_tune: tune: %s", decision.headline(kind))
         if compiled["action"] == "failed":

@@ -6,8 +6,8 @@ relative to the median (under :data:`SLOW_RANK` = flagged). Ranks that collectiv
 at one rate, so there a slow rank slows all and none stands out: hence the second question.
 
 **Waits** (:func:`rank_waits`): each rank's ``rank{R}/metrics.jsonl`` records, per log window, the host seconds spent
-in the loader's ``next`` and in ``backward()`` (``host_s``, :mod:`ascend_tune.host_times`). Under lockstep every rank's
-step takes as long as the slowest one's: the slow rank's extra work (in its data, its forward) shows as time the
+in the loader's ``next`` and in ``backward()`` (``host_s``, :mod:`ascend_tune.runtime.host_times`). Under lockstep every
+rank's step takes as long as the slowest one's: the slow rank's extra work (in its data, its forward) shows as time the
 others spend blocked in the collective, which on CPU / gloo is inside ``backward()``. So per rank, *busy* = step time
 minus time in backward; the rank the others wait for waits least: its median time in backward is a low outlier
 among the ranks' (Dixon's Q at 99.5%, :mod:`..outliers`) or it waited least in more windows than equal ranks do

@@ -15,7 +15,8 @@ from typing import Any, Optional
 
 import torch
 
-from . import device, step_clock
+from .. import device
+from . import step_clock
 from .host_times import HostTimes
 from .steps import optimizer_loss_tensors, optimizer_losses
 

@@ -14,7 +14,8 @@ logger = logging.getLogger("ascend_tune")
 
 
 class RunEvents:
-    """The run's :class:`~ascend_tune.context.EventRecorder`: event lines go to every sink added (the JSONL ones)."""
+    """The run's :class:`~ascend_tune.contract.context.EventRecorder`: event lines go to every sink added (the
+    JSONL ones)."""
 
     def __init__(self, rank: int):
         self._rank = rank

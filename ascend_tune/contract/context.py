@@ -1,8 +1,8 @@
 """What a feature or a user's callback is told about the run: a frozen :class:`RunContext`, never the monitor.
 
 The monitor builds one context at ``__enter__`` (after the device is known) and hands it to every feature's factory
-and then to every :class:`~ascend_tune.callbacks.Callback` method. Nothing in it can be reassigned; what a callback
-may do to the run goes through the :class:`EventRecorder` it holds (an event line, a warning).
+and then to every :class:`~ascend_tune.contract.callbacks.Callback` method. Nothing in it can be reassigned; what a
+callback may do to the run goes through the :class:`EventRecorder` it holds (an event line, a warning).
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Optional, Protocol
 
-from .errors import ConfigError
-from .formats.run_dir import RunDir
+from ..errors import ConfigError
+from ..formats.run_dir import RunDir
 from .outputs import Outputs
 
 if TYPE_CHECKING:
-    from .device import DeviceInfo
+    from ..device import DeviceInfo
 
 
 class EventRecorder(Protocol):
@@ -48,7 +48,7 @@ class RunContext:
         outputs: the run's one fail-soft write path: every file a feature writes goes through it (an ``OSError``
             costs that output, warned once and listed in summary.json's ``outputs_failed``, never the run).
         batches: the sample indices of the batches the passed loader hands out
-            (:class:`~ascend_tune.capture.BatchIndices`, off until a feature starts it), or None.
+            (:class:`~ascend_tune.runtime.capture.BatchIndices`, off until a feature starts it), or None.
     """
 
     run_dir: RunDir

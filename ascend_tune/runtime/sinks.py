@@ -6,37 +6,31 @@
   ``<log_dir>/tensorboard`` through ``torch.utils.tensorboard`` (the ``tensorboard`` extra, imported only when on).
 
 Each line of log.txt and metrics.jsonl reaches the OS in one ``os.write`` the moment it is made
-(:class:`~ascend_tune.outputs.LineFile`): a killed run loses at most the step being written, and nothing is
+(:class:`~ascend_tune.contract.outputs.LineFile`): a killed run loses at most the step being written, and nothing is
 buffered in Python. A sink that cannot write is switched off through the run's
-:class:`~ascend_tune.outputs.Outputs` (one warning, recorded in summary.json); the others go on.
+:class:`~ascend_tune.contract.outputs.Outputs` (one warning, recorded in summary.json); the others go on.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import sys
 import threading
 from typing import Any, Optional, Protocol, TextIO
 
-from .config import env_switch
-from .errors import ConfigError, OutputError
-from .events import RunEvents
-from .formats import run_dir as names
-from .formats.log_line import TIME_FORMAT, format_log_line
-from .formats.run_dir import RunDir
-from .outputs import LineFile, Outputs
+from ..config import env_switch
+from ..contract.events import RunEvents
+from ..contract.lines import console, json_line
+from ..contract.outputs import LineFile, Outputs
+from ..errors import ConfigError, OutputError
+from ..formats import run_dir as names
+from ..formats.log_line import TIME_FORMAT, format_log_line
+from ..formats.run_dir import RunDir
 from .step_clock import Window
 
 logger = logging.getLogger("ascend_tune")
-# The console rule: log lines (and the few lines meant for the user's eyes, such as tuning's one line) go to
-# ``ascend_tune.console``, which does not propagate: on rank 0, unless quiet, the monitor gives it a handler that
-# writes to stderr for the block (echo_to_console), whatever the application did to ``logging``.
-console = logging.getLogger("ascend_tune.console")
-console.propagate = False
-console.setLevel(logging.INFO)
 
 
 class Sink(Protocol):
@@ -107,11 +101,6 @@ class JsonlSink:
 
     def close(self) -> None:
         self._file.close()
-
-
-def json_line(record: dict) -> bytes:
-    """One metrics.jsonl line of any record (non-finite numbers as ``NaN`` / ``Infinity``, as Python reads them)."""
-    return (json.dumps(record, allow_nan=True, default=str, separators=(",", ":")) + "\n").encode()
 
 
 # window_record's fields, in its order, as json writes them (tests/test_sinks.py holds the two to the same bytes)

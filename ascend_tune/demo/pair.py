@@ -10,13 +10,13 @@ from typing import Any, Optional
 import torch
 from torch.utils.data import DataLoader
 
-from .analysis.report.alignment import verdict_lines
-from .analysis.report.build import build_report
-from .analysis.report.render import write_report
-from .formats import run_dir as run_files
-from .formats.run_dir import RunDir
-from .monitor import TrainingMonitor
-from .testing.models import MobileNetV1, synthetic_images
+from ..analysis.report.alignment import verdict_lines
+from ..analysis.report.build import build_report
+from ..analysis.report.render import write_report
+from ..formats import run_dir as run_files
+from ..formats.run_dir import RunDir
+from ..runtime.monitor import TrainingMonitor
+from ..testing.models import MobileNetV1, synthetic_images
 
 # Three traced steps after the first few, so the demo shows a trace (and compare-trace a spread of step times) and
 # still runs in seconds. Both runs are profiled alike; the target's traces are also advised on.

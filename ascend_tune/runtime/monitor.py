@@ -3,10 +3,9 @@
 The monitor only composes and owns lifetimes (one ExitStack): the capture (:mod:`.capture`: backward patch,
 optimizer hooks, GradScaler, loader wrap) feeds events to a :class:`~.steps.StepTracker`, whose closed steps drive
 the features' callbacks and the step clock (:mod:`.step_clock`), whose log windows go to the sinks (:mod:`.sinks`).
-How a step and its loss are seen is documented in :mod:`.steps`.
-
-Features are built and entered in the order of :data:`~.callbacks.FEATURES`, then the user's own callbacks; each
-factory reads its own ``ASCEND_TUNE_*`` switch when its option is not given. The order is decided there, and why.
+How a step and its loss are seen is documented in :mod:`.steps`. Features are built and entered in the order of
+:data:`ascend_tune.contract.callbacks.FEATURES` (decided there, and why), then the user's own callbacks; each
+factory reads its own ``ASCEND_TUNE_*`` switch when its option is not given.
 """
 
 from __future__ import annotations
@@ -21,18 +20,19 @@ from typing import Any, Optional
 
 import torch
 
-from . import capture, device, sinks, step_clock
-from .callbacks import CallbackSet, build_features
-from .context import RunContext, detect_rank, detect_world_size
-from .errors import ConfigError
-from .events import RunEvents
-from .formats.run_dir import RunDir
+from .. import device
+from ..contract.callbacks import FEATURES, CallbackSet, build_features
+from ..contract.context import RunContext, detect_rank, detect_world_size
+from ..contract.events import RunEvents
+from ..contract.outputs import Outputs
+from ..errors import ConfigError
+from ..formats.run_dir import RunDir
+from ..recording.frames import internal
+from . import capture, sinks, step_clock
 from .host_times import HostTimes
 from .log_windows import LogWindows
 from .optimizer_watch import OptimizerWatch, hook_other_optimizers, model_name
 from .options import MonitorOptions, check_objects
-from .outputs import Outputs
-from .recording.frames import internal
 from .sigterm import SigtermHandler
 from .steps import OPTIMIZER, WATCH, ClosedStep, StepTracker
 
@@ -66,7 +66,7 @@ class TrainingMonitor:
         health: gradient norms, module statistics, spikes (``True``, a dict; ``ASCEND_TUNE_HEALTH=1``).
         tensorboard: also write loss / steps-per-sec / samples-per-sec scalars under ``<log_dir>/tensorboard``
             (``ASCEND_TUNE_TENSORBOARD=1``; needs the ``tensorboard`` extra).
-        callbacks: extra :class:`~ascend_tune.callbacks.Callback` objects driven by the step clock.
+        callbacks: extra :class:`~ascend_tune.contract.callbacks.Callback` objects driven by the step clock.
     """
 
     def __init__(
@@ -95,6 +95,9 @@ class TrainingMonitor:
         **unknown: Any,
     ):
         self.callbacks = list(callbacks or [])
+        # the registry's features: those named above, and any other's as a keyword
+        named = dict(profile=profile, precision=precision, seed=seed, tune=tune, shapes=shapes, health=health)
+        self.features = {option: named.get(option, unknown.pop(option, None)) for option in FEATURES}
         check_objects(unknown, model, optimizer, train_loader, scaler, self.callbacks)
         options = MonitorOptions(log_dir=log_dir, log_every=log_every, warmup_steps=warmup_steps,
                                  start_step=start_step, samples_per_step=samples_per_step, accumulate=accumulate,
@@ -110,8 +113,6 @@ class TrainingMonitor:
         self.scaler = scaler
         self.accumulate = accumulate
         self.quiet = quiet
-        self.features = {"profile": profile, "precision": precision, "seed": seed, "tune": tune, "shapes": shapes,
-                         "health": health}
         self.tensorboard = tensorboard
         self.rank = rank if rank is not None else detect_rank()
         self.world_size = detect_world_size()

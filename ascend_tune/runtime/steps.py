@@ -41,7 +41,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from .recording.frames import internal
+from ..recording.frames import internal
 
 # where steps come from: an optimizer's step hooks; held backwards until an optimizer steps or is known not to;
 # each backward (no optimizer steps)

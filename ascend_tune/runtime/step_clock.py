@@ -18,10 +18,10 @@ from typing import Any, NamedTuple, Optional
 
 import torch
 
-from . import device
-from .analysis.logs.ranks import across_ranks
-from .analysis.logs.rates import RateStats, WarmUp
-from .formats.trace_names import read_back_name
+from .. import device
+from ..analysis.logs.ranks import across_ranks
+from ..analysis.logs.rates import RateStats, WarmUp
+from ..formats.trace_names import read_back_name
 
 
 class Window(NamedTuple):
@@ -163,8 +163,8 @@ def _stacked(tensors: list) -> torch.Tensor:
 class StepClock:
     """Host-side timing of log windows. No device calls: it only counts steps, samples and wall seconds.
 
-    Its entries are the :class:`~ascend_tune.steps.ClosedStep` objects themselves (``step``, ``loss`` still on the
-    device, ``samples``, ``skipped``, ``at`` = ``time.perf_counter()`` and ``wall`` = ``time.time()`` at its end).
+    Its entries are the :class:`~ascend_tune.runtime.steps.ClosedStep` objects themselves (``step``, ``loss`` still on
+    the device, ``samples``, ``skipped``, ``at`` = ``time.perf_counter()`` and ``wall`` = ``time.time()`` at its end).
     """
 
     def __init__(self) -> None:
@@ -173,8 +173,8 @@ class StepClock:
         self._samples: Optional[int] = 0
 
     def commit(self, closed: Any) -> Any:
-        """Count one closed step (a :class:`~ascend_tune.steps.ClosedStep`, kept as it is); steps come in order
-        (numbered by the :class:`~ascend_tune.steps.StepTracker`, the one step counter)."""
+        """Count one closed step (a :class:`~ascend_tune.runtime.steps.ClosedStep`, kept as it is); steps come in order
+        (numbered by the :class:`~ascend_tune.runtime.steps.StepTracker`, the one step counter)."""
         self._entries.append(closed)
         if closed.samples is None or self._samples is None:
             self._samples = None

@@ -3,14 +3,14 @@
 Frameworks build their optimizer themselves, often inside the block (Hugging Face ``Trainer.train()``, Lightning's
 ``fit()``, minGPT's ``run()``). :class:`OptimizerWatch` sees every optimizer's ``step()`` through torch's global
 step hooks (``torch.optim.optimizer.register_optimizer_step_pre_hook`` / ``_post_hook``, removed at the block's
-end) and tells the :class:`~ascend_tune.steps.StepTracker`, which keeps the first optimizer that steps the model's
-parameters (the first to step at all when no model was given) as the one whose steps end steps.
+end) and tells the :class:`~ascend_tune.runtime.steps.StepTracker`, which keeps the first optimizer that steps the
+model's parameters (the first to step at all when no model was given) as the one whose steps end steps.
 
 Until an optimizer steps, the tracker holds the backwards it sees. This module also gathers the evidence that none
 will: between two backwards (checked before the next batch and before the next backward) the watched parameters
 changed or their gradients were reset, which a step applied without ``optimizer.step()`` does and accumulating
 micro-batches does not; or a whole pass over the loader went by; or the block ended. Then the held backwards become
-one step each (:meth:`~ascend_tune.steps.StepTracker.fall_back`) and a warning says so, once.
+one step each (:meth:`~ascend_tune.runtime.steps.StepTracker.fall_back`) and a warning says so, once.
 
 The watched parameters are the model's, or, with no model, the leaves the first loss back-propagates into.
 """
@@ -22,7 +22,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from .recording.frames import internal
+from ..recording.frames import internal
 from .steps import StepTracker
 
 

@@ -16,8 +16,8 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from ..recording.frames import in_internal
 from .batch_indices import BatchIndices
-from .recording.frames import in_internal
 
 _local = threading.local()  # the backward patch's nesting depth
 logger = logging.getLogger("ascend_tune")

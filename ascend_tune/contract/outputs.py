@@ -17,8 +17,8 @@ import logging
 import os
 from typing import Any, Callable, Optional, Union
 
-from .errors import OutputError
-from .formats.atomic import write_atomic, write_json_atomic
+from ..errors import OutputError
+from ..formats.atomic import write_atomic, write_json_atomic
 
 logger = logging.getLogger("ascend_tune")
 

@@ -1,6 +1,6 @@
 """What plugs into the monitor's step clock: the profiler, the precision dump, tuning, or a user's own class.
 
-Each method is optional and receives the run's :class:`~ascend_tune.context.RunContext` (``ctx``), never the
+Each method is optional and receives the run's :class:`~ascend_tune.contract.context.RunContext` (``ctx``), never the
 monitor. Steps are numbered as in the log. ``on_step_begin(n)`` runs before step n's first forward (at the block's
 start, then right after step n-1 ends); ``on_step_end(n)`` right after step n's ``optimizer.step()`` (or backward /
 ``mon.step()`` when that is what ends a step).
@@ -17,7 +17,7 @@ import contextlib
 import importlib
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from .errors import AscendTuneError, ConfigError
+from ..errors import AscendTuneError, ConfigError
 
 if TYPE_CHECKING:
     from .context import RunContext
@@ -39,13 +39,14 @@ class Callback:
 
     def read_along(self, ctx: RunContext, entries: list) -> Any:
         """Device values to read back with the losses of a log window's steps (``entries``: their
-        :class:`~ascend_tune.steps.ClosedStep`, loss still on the device) in the same transfer, as one 1-D tensor, or
-        None; :meth:`on_window` gets them back as floats."""
+        :class:`~ascend_tune.runtime.steps.ClosedStep`, loss still on the device) in the same transfer, as one 1-D
+        tensor, or None; :meth:`on_window` gets them back as floats."""
         return None
 
     def on_window(self, ctx: RunContext, window: Any, values: list) -> Optional[dict]:
-        """A log window's losses are on the host (``window``: a :class:`~ascend_tune.step_clock.Window`; ``values``:
-        what :meth:`read_along` gave for it). Returns fields added to the window's metrics.jsonl line, or None."""
+        """A log window's losses are on the host (``window``: a :class:`~ascend_tune.runtime.step_clock.Window`;
+        ``values``: what :meth:`read_along` gave for it). Returns fields added to the window's metrics.jsonl line, or
+        None."""
         return None
 
     def on_exit(self, ctx: RunContext, exc_type: Optional[type]) -> None:
@@ -73,6 +74,16 @@ FEATURES: dict = {
     "shapes": "ascend_tune.shapes",
     "health": "ascend_tune.health",
 }
+
+
+def feature_config(option: str) -> type:
+    """The :class:`~ascend_tune.config.FeatureConfig` of a feature option, from its package's ``config.py``: its
+    environment switch (``ENV``) and ``ascend-tune run`` flags (``RUN_FLAGS``) are declared there, once."""
+    from ..config import FeatureConfig
+
+    config = importlib.import_module(f"{FEATURES[option]}.config")
+    return next(v for v in vars(config).values() if isinstance(v, type) and issubclass(v, FeatureConfig)
+                and v.__module__ == config.__name__ and v.OPTION == option)
 
 
 def build_features(values: dict, ctx: RunContext) -> list:

@@ -6,7 +6,7 @@ SIGTERM handler: it closes the block as an exception would (the pending log line
 ``summary.json`` with ``interrupted_by: "SIGTERM"``, every patch undone), restores the handler that was there
 before, and hands it the signal: a Python handler is called, the default action is taken again (the process dies
 of SIGTERM, as it would have). A signal that arrives while the monitor writes waits until the write is whole
-(:meth:`~ascend_tune.outputs.Outputs.defer`). An ignored SIGTERM (``SIG_IGN``) or one a C library handles
+(:meth:`~ascend_tune.contract.outputs.Outputs.defer`). An ignored SIGTERM (``SIG_IGN``) or one a C library handles
 is left alone. A process forked meanwhile (a DataLoader worker, which the loader ends with SIGTERM when it does
 not stop in time) inherits the handler but not the run: there the signal goes straight on.
 """
@@ -19,7 +19,7 @@ import signal
 import threading
 from typing import Any, Callable
 
-from .outputs import Outputs
+from ..contract.outputs import Outputs
 
 
 class SigtermHandler:

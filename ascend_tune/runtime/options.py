@@ -10,21 +10,21 @@ from typing import Any, Optional
 
 import torch
 
-from .callbacks import Callback
-from .config import FeatureConfig
-from .errors import ConfigError, check_option_names
+from ..config import FeatureConfig
+from ..contract.callbacks import FEATURES, Callback
+from ..errors import ConfigError, check_option_names
 
-# every keyword TrainingMonitor takes, its own and the features'
+# every keyword TrainingMonitor takes: its own, then the features' (the registry's: a feature that TrainingMonitor
+# does not name among its parameters is taken as a keyword all the same)
 OPTIONS = (
     "model", "optimizer", "train_loader", "log_dir", "log_every", "warmup_steps", "start_step",
-    "samples_per_step", "scaler", "accumulate", "rank", "quiet", "profile", "precision", "seed", "tune", "shapes",
-    "health", "tensorboard", "callbacks",
+    "samples_per_step", "scaler", "accumulate", "rank", "quiet", "tensorboard", "callbacks", *FEATURES,
 )
 
 
 @dataclass(frozen=True)
 class MonitorOptions(FeatureConfig):
-    """The monitor's own options; see :class:`~ascend_tune.monitor.TrainingMonitor` for what each does."""
+    """The monitor's own options; see :class:`~ascend_tune.runtime.monitor.TrainingMonitor` for what each does."""
 
     OPTION = "TrainingMonitor"
     TAKES_TEXT = False
