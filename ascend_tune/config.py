@@ -51,6 +51,8 @@ class FeatureConfig:
         EXAMPLE: a ``key=value,...`` example for the messages.
         TAKES_TEXT: whether the option itself also takes the ``key=value`` string.
         WORDS: words of the feature's own with the options they stand for (``{"force": {"optimizer": "force"}}``).
+        RUN_FLAGS: the feature's ``ascend-tune run`` flags, each ``--FLAG [SPEC]`` with its help; what they give
+            travels to every process in ``ENV`` (:meth:`run_text`), which the feature reads there.
     """
 
     OPTION: ClassVar[str] = "feature"
@@ -58,6 +60,18 @@ class FeatureConfig:
     EXAMPLE: ClassVar[str] = ""
     TAKES_TEXT: ClassVar[bool] = True
     WORDS: ClassVar[Mapping] = {}
+    RUN_FLAGS: ClassVar[Mapping] = {}
+
+    @classmethod
+    def run_text(cls, flags: Mapping) -> Optional[str]:
+        """``ENV``'s text for the run flags given (flag -> its SPEC, or None when not given): the one flag's SPEC."""
+        given = [spec for spec in flags.values() if spec is not None]
+        return given[0] if given else None
+
+    @classmethod
+    def check_text(cls, text: str, source: str) -> None:
+        """Raise ConfigError (saying what to do) when the process would refuse ``ENV=text``."""
+        cls.from_text(text, source=source)
 
     @classmethod
     def from_any(cls: type[C], value: Any) -> Optional[C]:

@@ -27,25 +27,17 @@ DESCRIPTION = (
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
     """Add ``run`` to the ``ascend-tune`` subcommands."""
+    from ..launch.options import run_features
+
     run = add_command(subparsers, "run", _cmd_run, description=DESCRIPTION)
     run.add_argument("--log-dir", default="exp/train", help="where log.txt, metrics.jsonl and summary.json go "
                      "(default: exp/train)")
     run.add_argument("--log-every", type=int_at_least(1), default=1, help="a log line every N steps (default: 1)")
     run.add_argument("--warmup-steps", type=int_at_least(0), default=10,
                      help="steps logged but left out of the summary's throughput (default: 10)")
-    spec = dict(nargs="?", const="1", metavar="SPEC")
-    run.add_argument("--profile", **spec, help="profiler traces on a schedule (SPEC: e.g. wait=1,warmup=1,active=2; "
-                     "ASCEND_TUNE_PROFILE)")
-    run.add_argument("--dump", **spec, help="statistics dump (SPEC: e.g. steps=0,5,level=mix; ASCEND_TUNE_DUMP)")
-    run.add_argument("--overflow", **spec, help="overflow check: the first ops whose outputs hold inf/nan (SPEC: "
-                     "e.g. steps=0-9)")
-    run.add_argument("--replay", **spec, help="each API call of a step recomputed in float64 on the CPU and compared "
-                     "(SPEC: e.g. steps=3)")
-    run.add_argument("--shapes", **spec, help="the dynamic-shape detector (ASCEND_TUNE_SHAPES)")
-    run.add_argument("--tune", **spec, help="device-driven tuning: on, off, swap, force, report or key=value items "
-                     "(ASCEND_TUNE_TUNE)")
-    run.add_argument("--health", **spec, help="training health: gradient norms, spikes, per-module statistics "
-                     "(SPEC: e.g. modules=1,every=50,on_anomaly=dump; ASCEND_TUNE_HEALTH)")
+    for config in run_features():  # each feature's flags, as its config declares them (RUN_FLAGS, ENV)
+        for flag, text in config.RUN_FLAGS.items():
+            run.add_argument(f"--{flag}", nargs="?", const="1", metavar="SPEC", help=f"{text} ({config.ENV})")
     run.add_argument("--tensorboard", action="store_true", help="also write TensorBoard scalars "
                      "(ASCEND_TUNE_TENSORBOARD)")
     run.add_argument("--seed", type=int_at_least(0), default=None, metavar="N",
@@ -70,13 +62,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if program is None:
         raise InputError(f"command not found: {command[0]!r}; give a program on PATH or a path to it")
     env = dict(os.environ)
-    features = {
-        opt.ENV_DUMP: opt.precision_text(args.dump, args.overflow, args.replay),
-        opt.ENV_PROFILE: args.profile, opt.ENV_TUNE: args.tune, opt.ENV_SHAPES: args.shapes,
-        opt.ENV_HEALTH: args.health,
-        opt.ENV_TENSORBOARD: "1" if args.tensorboard else None,
-    }
-    env.update({name: value for name, value in features.items() if value is not None})
+    env.update(opt.feature_env(vars(args)))
+    if args.tensorboard:
+        env[opt.ENV_TENSORBOARD] = "1"
     opt.check_features(env)
     run = opt.RunOptions(log_dir=os.path.abspath(args.log_dir), log_every=args.log_every,
                          warmup_steps=args.warmup_steps, seed=args.seed, quiet=args.quiet)

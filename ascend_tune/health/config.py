@@ -38,6 +38,8 @@ class HealthConfig(FeatureConfig):
     OPTION = "health"
     ENV = ENV_HEALTH
     EXAMPLE = "modules=1,every=100,on_anomaly=dump"
+    RUN_FLAGS = {"health": "training health: gradient norms, spikes, per-module statistics (SPEC: e.g. "
+                           "modules=1,every=50,on_anomaly=dump)"}
 
     modules: bool = False
     every: int = 0

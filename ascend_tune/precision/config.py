@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Optional
 
@@ -51,6 +52,32 @@ class PrecisionConfig(FeatureConfig):
     OPTION = "precision"
     ENV = ENV_DUMP
     EXAMPLE = "task=statistics,level=L1,steps=0-2"
+    # each flag one task; several together run side by side (``;`` between them in ENV)
+    RUN_FLAGS = {
+        "dump": "statistics dump (SPEC: e.g. steps=0,5,level=mix)",
+        "overflow": "overflow check: the first ops whose outputs hold inf/nan (SPEC: e.g. steps=0-9)",
+        "replay": "each API call of a step recomputed in float64 on the CPU and compared (SPEC: e.g. steps=3)",
+    }
+    RUN_TASKS = {"dump": "statistics", "overflow": "overflow_check", "replay": "replay"}
+
+    @classmethod
+    def run_text(cls, flags: Mapping) -> Optional[str]:
+        """``ASCEND_TUNE_DUMP``'s text for ``--dump`` / ``--overflow`` / ``--replay`` (``;`` between tasks), or None
+        when none of them is given. A flag without SPEC (``"1"``) takes its task's defaults."""
+        parts = []
+        for flag, task in cls.RUN_TASKS.items():
+            spec = flags.get(flag)
+            if spec is None:
+                continue
+            spec = spec.strip()
+            parts.append(f"task={task}" + (f",{spec}" if spec and spec.lower() not in ("1", "on", "true", "yes")
+                                           else ""))
+        return ";".join(parts) if parts else None
+
+    @classmethod
+    def check_text(cls, text: str, source: str) -> None:
+        """Raise ConfigError when a process would refuse ``ASCEND_TUNE_DUMP=text`` (each ``;``-separated part)."""
+        precision_configs(text)
 
     task: str = "statistics"
     level: str = "L1"

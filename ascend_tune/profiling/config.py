@@ -45,6 +45,7 @@ class ProfileConfig(FeatureConfig):
     OPTION = "profile"
     ENV = ENV_PROFILE
     EXAMPLE = "wait=1,warmup=1,active=2,repeat=1,skip_first=5"
+    RUN_FLAGS = {"profile": "profiler traces on a schedule (SPEC: e.g. wait=1,warmup=1,active=2)"}
 
     wait: int = 1
     warmup: int = 1

@@ -19,6 +19,7 @@ class ShapesConfig(FeatureConfig):
     OPTION = "shapes"
     ENV = ENV_SHAPES
     EXAMPLE = "steps=N"
+    RUN_FLAGS = {"shapes": "the dynamic-shape detector"}
 
     steps: int = 20
 

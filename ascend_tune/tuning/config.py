@@ -32,6 +32,7 @@ class TuneConfig(FeatureConfig):
     OPTION = "tune"
     ENV = ENV_TUNE
     EXAMPLE = "optimizer=force,jit_compile=none"
+    RUN_FLAGS = {"tune": "device-driven tuning: on, off, swap, force, report or key=value items"}
     TAKES_TEXT = False
     WORDS = {"force": {"optimizer": "force"}, "swap": {"optimizer": "swap"}, "report": {"optimizer": "report"}}
 
