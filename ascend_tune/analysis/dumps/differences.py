@@ -10,8 +10,9 @@ MaxRelativeErr (|T-B|/|B|, with float epsilon added where B = 0), and the shares
 below 0.001 and 0.005 (msprobe's definitions; inf/NaN at the same positions are zeroed first, at different
 positions the metrics are NaN).
 
-:data:`COLUMNS` is the one map from these fields (and :class:`~.model.Stats`') to msprobe's column names; the CSV
-(:mod:`.table`) and anything else that names a metric reads it.
+Each metric is one row of :data:`STATISTICS_METRICS` or :data:`TENSOR_METRICS` (its field, msprobe's column, how
+its cell prints, its maths): the NamedTuples, :data:`COLUMNS` (with :class:`~.model.Stats`' columns) and the CSV
+(:mod:`.table`) follow from the rows.
 
 Agreement (ours, for the first divergence): a row's *error* is the largest difference of its statistics measured
 against the tensor's magnitude, ``|T_s - B_s| / max(|max|, |min|)`` for max/min/mean and ``|T_n - B_n| / max(|T_n|,
@@ -31,40 +32,65 @@ import numpy as np
 from .model import Leaf
 
 
-class StatsDiff(NamedTuple):
-    """Statistics mode: TARGET - BASE of each statistic, then each one's relative error as a fraction."""
+class Metric(NamedTuple):
+    """One compare metric, its one row: its field, msprobe's column name, how its CSV cell prints (``number``,
+    ``diff``: 0 as "0", ``percent``: a fraction as "12.5%"), and in tensor mode how it is computed."""
 
-    max_diff: float
-    min_diff: float
-    mean_diff: float
-    norm_diff: float
-    max_rel: float
-    min_rel: float
-    mean_rel: float
-    norm_rel: float
+    field: str
+    column: str
+    cell: str
+    compute: Optional[Callable[[TensorPair], float]] = None
 
 
-class TensorMetrics(NamedTuple):
-    """Tensor mode: msprobe's six metrics of two saved tensors."""
+class TensorPair(NamedTuple):
+    """What every tensor-mode metric is computed from, computed once: the flat float64 tensors (inf/NaN at the same
+    places zeroed), their difference, each element's relative error and the two norms."""
 
-    cosine: float
-    euc_dist: float
-    max_abs_err: float
-    max_rel_err: float
-    one_thousandth: float
-    five_thousandths: float
+    target: np.ndarray
+    base: np.ndarray
+    delta: np.ndarray
+    rel: np.ndarray
+    target_norm: float
+    base_norm: float
 
+
+def _cosine(p: TensorPair) -> float:
+    eps = np.finfo(np.float64).eps
+    if p.target_norm <= eps and p.base_norm <= eps:
+        return 1.0
+    if p.target_norm <= eps or p.base_norm <= eps:
+        return math.nan
+    return float(np.dot(p.target, p.base) / (p.target_norm * p.base_norm))
+
+
+# The metrics of each mode, in msprobe's column order: adding a metric is adding its row (and, in tensor mode, its
+# function of a TensorPair); the NamedTuples, the CSV's columns and cells, NAN_METRICS follow.
+STATISTICS_METRICS = (
+    *(Metric(f"{s}_diff", f"{c} diff", "diff") for s, c in (("max", "Max"), ("min", "Min"), ("mean", "Mean"),
+                                                             ("norm", "L2norm"))),
+    *(Metric(f"{s}_rel", f"{c}RelativeErr", "percent") for s, c in (("max", "Max"), ("min", "Min"),
+                                                                     ("mean", "Mean"), ("norm", "Norm"))),
+)
+TENSOR_METRICS = (
+    Metric("cosine", "Cosine", "number", _cosine),
+    Metric("euc_dist", "EucDist", "number", lambda p: float(np.linalg.norm(p.delta))),
+    Metric("max_abs_err", "MaxAbsErr", "number", lambda p: float(np.max(np.abs(p.delta)))),
+    Metric("max_rel_err", "MaxRelativeErr", "number", lambda p: float(np.max(p.rel))),
+    Metric("one_thousandth", "One Thousandth Err Ratio", "number", lambda p: float(np.mean(p.rel < 0.001))),
+    Metric("five_thousandths", "Five Thousandths Err Ratio", "number", lambda p: float(np.mean(p.rel < 0.005))),
+)
+
+StatsDiff = NamedTuple("StatsDiff", [(m.field, float) for m in STATISTICS_METRICS])
+StatsDiff.__doc__ = "Statistics mode: TARGET - BASE of each statistic, then each one's relative error as a fraction."
+TensorMetrics = NamedTuple("TensorMetrics", [(m.field, float) for m in TENSOR_METRICS])
+TensorMetrics.__doc__ = "Tensor mode: msprobe's metrics of two saved tensors (:data:`TENSOR_METRICS`)."
 
 COLUMNS = {
-    "max_diff": "Max diff", "min_diff": "Min diff", "mean_diff": "Mean diff", "norm_diff": "L2norm diff",
-    "max_rel": "MaxRelativeErr", "min_rel": "MinRelativeErr", "mean_rel": "MeanRelativeErr",
-    "norm_rel": "NormRelativeErr",
-    "cosine": "Cosine", "euc_dist": "EucDist", "max_abs_err": "MaxAbsErr", "max_rel_err": "MaxRelativeErr",
-    "one_thousandth": "One Thousandth Err Ratio", "five_thousandths": "Five Thousandths Err Ratio",
+    **{m.field: m.column for m in (*STATISTICS_METRICS, *TENSOR_METRICS)},
     "max": "max", "min": "min", "mean": "mean", "norm": "l2norm",  # Stats: "NPU max", "Bench l2norm"...
 }
 """Field of :class:`StatsDiff`, :class:`TensorMetrics` or :class:`~.model.Stats` -> msprobe's column name."""
-NAN_METRICS = TensorMetrics(*(math.nan,) * 6)
+NAN_METRICS = TensorMetrics(*(math.nan,) * len(TENSOR_METRICS))
 
 
 def columns_of(kind: type) -> list:
@@ -122,15 +148,8 @@ def tensor_metrics(target: np.ndarray, base: np.ndarray) -> tuple:
         zero = b == 0
         eps = np.finfo(np.float64).eps
         rel = np.abs(np.where(zero, (t + eps) - (b + eps), delta) / np.where(zero, b + eps, b))
-        t_norm, b_norm = float(np.linalg.norm(t)), float(np.linalg.norm(b))
-        if t_norm <= eps and b_norm <= eps:
-            cosine = 1.0
-        elif t_norm <= eps or b_norm <= eps:
-            cosine = math.nan
-        else:
-            cosine = float(np.dot(t, b) / (t_norm * b_norm))
-    metrics = TensorMetrics(cosine, float(np.linalg.norm(delta)), max_abs, float(np.max(rel)),
-                            float(np.mean(rel < 0.001)), float(np.mean(rel < 0.005)))
+        pair = TensorPair(t, b, delta, rel, float(np.linalg.norm(t)), float(np.linalg.norm(b)))
+        metrics = TensorMetrics(*(m.compute(pair) for m in TENSOR_METRICS))
     return metrics, error, ""
 
 

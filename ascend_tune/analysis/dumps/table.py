@@ -13,7 +13,7 @@ import math
 from typing import Any, Optional
 
 from .compare import CompareRow, DumpComparison
-from .differences import COLUMNS, StatsDiff, TensorMetrics, columns_of
+from .differences import COLUMNS, STATISTICS_METRICS, TENSOR_METRICS, StatsDiff, TensorMetrics, columns_of
 from .model import Leaf, Stats
 
 HEAD = ["NPU Name", "Bench Name", "NPU Dtype", "Bench Dtype", "NPU Tensor Shape", "Bench Tensor Shape",
@@ -83,12 +83,12 @@ def _cells(mode: str, pair: Any, row: CompareRow, first_of_op: bool) -> list:
         if row.tensor is None:
             cells += ["unsupported" if t and b else "N/A"] * len(TENSOR)
         else:
-            cells += [_number(v) for v in row.tensor]
+            cells += [CELLS[m.cell](v) for m, v in zip(TENSOR_METRICS, row.tensor)]
     elif row.stats is None:
         same = t is not None and b is not None and t.value == b.value and t.kind == b.kind
         cells += ["0" if same else "N/A"] * len(STATISTICS)
     else:
-        cells += [(_percent if name.endswith("_rel") else _diff)(value) for name, value in row.stats._asdict().items()]
+        cells += [CELLS[m.cell](v) for m, v in zip(STATISTICS_METRICS, row.stats)]
     cells += _values(t) + _values(b)
     messages = list(row.messages) + ([f"note: {row.note}"] if row.note else []) if b is not None else []
     cells += [
@@ -143,6 +143,9 @@ def _percent(value: float) -> str:
     if not math.isfinite(value):
         return _number(value)
     return f"{value * 100!r}%"
+
+
+CELLS = {"number": _number, "diff": _diff, "percent": _percent}  # a metric's cell (differences.Metric.cell)
 
 
 def _data_name(leaf: Optional[Leaf]) -> str:
