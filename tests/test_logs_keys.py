@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ascend_tune.analysis.logs.detect import FORMATS, check_format
+from ascend_tune.analysis.logs.detect import check_format
+from ascend_tune.analysis.logs.formats import NAMES
 from ascend_tune.analysis.logs.keys import is_validation, pick_loss_key
 from ascend_tune.analysis.logs.rates import rates_from_wall_times
 from ascend_tune.cli.args import LOG_FORMATS
@@ -48,7 +49,7 @@ def test_rates_from_wall_times_need_a_start_and_skip_restarts():
 
 
 def test_the_cli_offers_every_format_the_reader_knows():
-    assert LOG_FORMATS == ("auto", *FORMATS)
+    assert LOG_FORMATS == ("auto", *NAMES) == ("auto", "text", "jsonl", "hf", "lightning", "tensorboard")
     assert check_format("auto") is None
     with pytest.raises(InputError, match="unknown log format"):
         check_format("csv")

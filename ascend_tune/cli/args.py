@@ -11,6 +11,7 @@ import inspect
 from typing import Callable, Optional
 
 from ..analysis.defaults import LOSS_GAP
+from ..analysis.logs.formats import NAMES
 from ..errors import ConfigError
 
 FORCE_HELP = "replace output files that already exist (default: refuse)"
@@ -105,7 +106,7 @@ def add_jobs(parser: argparse.ArgumentParser) -> None:
                         help="worker processes for a location with several ranks or steps (default: the CPU count)")
 
 
-LOG_FORMATS = ("auto", "text", "jsonl", "hf", "lightning", "tensorboard")  # analysis.logs.detect.FORMATS + auto
+LOG_FORMATS = ("auto", *NAMES)  # the registry's formats (analysis.logs.formats), and auto
 
 
 def add_log_reading(parser: argparse.ArgumentParser, inputs: str, several: bool = True) -> None:

@@ -18,10 +18,14 @@ from typing import Optional
 import numpy as np
 
 from ...errors import InputError
+from .formats import TRAINER_STATE
 from .keys import is_validation, pick_loss_key
 from .model import LossLog, RunRate, floats, is_number, nan_column
 
-TRAINER_STATE = "trainer_state.json"
+
+def is_trainer_state(head: bytes, first_line: bytes, path: str) -> bool:
+    """A trainer_state.json: a JSON document whose first line is a lone ``{`` (json.dump with indent)."""
+    return first_line == b"{"
 STEP_ORIGIN = 1  # global_step after the first optimizer step
 WINDOW_MEAN_KEY = "loss"  # the one key the Trainer averages over its logging window; others are the step's value
 _NOT_LOSSES = ("step", "epoch")

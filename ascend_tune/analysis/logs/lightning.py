@@ -23,7 +23,12 @@ from ...errors import InputError
 from .keys import is_validation, pick_loss_key
 from .model import LossLog
 
-LIGHTNING_CSV = "metrics.csv"
+
+def is_metrics_csv(head: bytes, first_line: bytes, path: str) -> bool:
+    """A logger's CSV: a first line of comma-separated names, ``step`` among them or in a ``.csv`` file, and no
+    seed line ``(step=`` after it."""
+    cells = [cell.strip().strip(b'"') for cell in first_line.split(b",")]
+    return len(cells) > 1 and (b"step" in cells or path.lower().endswith(".csv")) and b"(step=" not in head
 STEP_ORIGIN = 0
 _NOT_LOSSES = ("step", "epoch")
 _TIME = re.compile(r"(?i)(^|[/|_.])(time|wall_time|timestamp)$")

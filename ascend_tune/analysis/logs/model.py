@@ -12,19 +12,13 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
+from .formats import FORMATS
 from .rates import WarmUp, window_first_steps
 
-# What each kind of log is, as the tools print it.
-KIND_NAMES = {
-    "text": "log.txt (the seed's line)",
-    "jsonl": "metrics.jsonl (ascend_tune)",
-    "hf": "trainer_state.json (Hugging Face Trainer)",
-    "lightning": "metrics.csv (Lightning CSVLogger)",
-    "tensorboard": "TensorBoard events",
-}
-WRITERS = {"text": "ascend_tune", "jsonl": "ascend_tune", "hf": "Hugging Face Trainer", "lightning": "Lightning",
-           "tensorboard": "TensorBoard"}  # who wrote each kind, in words
-OURS = ("text", "jsonl")  # ascend_tune's own logs: one loss, nothing to pick
+# What each kind of log is and who wrote it, as the tools print them (the registry's rows, .formats)
+KIND_NAMES = {f.name: f.title for f in FORMATS}
+WRITERS = {f.name: f.writer for f in FORMATS}
+OURS = tuple(f.name for f in FORMATS if f.ours)  # ascend_tune's own logs: one loss, nothing to pick
 
 
 class LossKey(NamedTuple):

@@ -31,11 +31,9 @@ from ...formats.log_line import ANSI, LINE, LOOKS_LIKE
 from ...formats.run_dir import SUMMARY_JSON
 from . import scan
 from .detect import locate
-from .hf import read_trainer_state
-from .lightning import read_metrics_csv
+from .formats import BY_NAME
 from .model import LossLog
 from .rates import WarmUp
-from .tensorboard import read_events
 
 _FIRST_CHAR = re.compile(rb"\S")
 _MAP_FROM = 1 << 20  # files from 1 MiB are memory-mapped rather than copied
@@ -50,23 +48,24 @@ def read_log(path: str, prefer: str = "jsonl", format: Optional[str] = None, los
         path: the file or folder.
         prefer: ``"jsonl"`` reads ``metrics.jsonl`` when it sits beside (or instead of) ``log.txt``; ``"text"``
             reads ``log.txt`` when there is one (the seed script's input, rounded to 4 decimals).
-        format: force one of :data:`.detect.FORMATS` (None: recognise it).
+        format: force one of :data:`.formats.NAMES` (None: recognise it).
         loss_key: the key (trainer_state.json) or column (metrics.csv) read as the loss; None: the guess.
         tag: the TensorBoard scalar tag read as the loss; None: the guess.
     An ascend_tune log's ``warmup`` comes from the ``summary.json`` beside the file read, when there is one.
     """
     found = locate(path, prefer, format)
-    if found.kind == "hf":
-        log = read_trainer_state(found.path, loss_key)
-    elif found.kind == "lightning":
-        log = read_metrics_csv(found.path, loss_key)
-    elif found.kind == "tensorboard":
-        log = read_events(found.path, tag)
-    else:
-        log = read_log_file(found.path)
+    fmt = BY_NAME[found.kind]
+    choice = {"loss_key": loss_key, "tag": tag}.get(fmt.option or "")
+    log = fmt.function("reader")(found.path, **({fmt.option: choice} if fmt.option else {}))
+    if fmt.ours:
         warmup, notes = summary_warmup(os.path.dirname(found.path) or ".")
         log = dataclasses.replace(log, warmup=warmup, read_notes=log.read_notes + notes)
     return dataclasses.replace(log, read_notes=found.notes + log.read_notes) if found.notes else log
+
+
+def is_jsonl(head: bytes, first_line: bytes, path: str) -> bool:
+    """ascend_tune's metrics.jsonl: one JSON object a line (a lone ``{`` is a trainer state's document)."""
+    return first_line.startswith(b"{") and first_line != b"{"
 
 
 def summary_warmup(folder: str) -> tuple:

@@ -50,6 +50,11 @@ def is_event_record(head: bytes) -> bool:
     return masked_crc32c(head[:8]) == int.from_bytes(head[8:12], "little")
 
 
+def is_event_file(head: bytes, first_line: bytes, path: str) -> bool:
+    """An event file: ``tfevents`` in its name (TensorBoard's own rule), or a TFRecord header whose checksum holds."""
+    return EVENTS_MARK in os.path.basename(path) or (b"\x00" in head[:8192] and is_event_record(head))
+
+
 def read_events(path: str, tag: Optional[str] = None) -> LossLog:
     """Read a TensorBoard run: one event file or a folder of them.
 

@@ -23,6 +23,7 @@ import numpy as np
 
 from ...errors import InputError
 from ...formats.run_dir import METRICS_JSONL, rank_of_dir
+from .formats import BY_NAME
 from .model import LossLog
 from .ranks import rank_rates
 from .rates import RateStats, WarmUp, rates_from_wall_times
@@ -131,16 +132,9 @@ def _whole(rate: Optional[float]) -> Optional[RateStats]:
 
 def _lacks(log: LossLog) -> str:
     """What ``log`` would need for steps/sec, in a sentence that says where to get it."""
-    if log.kind == "lightning":
-        return (f"{log.source} records no steps/sec and no wall time (Lightning's CSVLogger writes neither); add "
-                "Lightning's ThroughputMonitor callback (it logs train/time) or run under TrainingMonitor")
-    if log.kind == "hf":
-        return (f"{log.source} records no wall time and no train_runtime record (the Trainer adds it after train(), "
-                "in the output_dir/trainer_state.json trainer.save_state() writes); pass that file or run under "
-                "TrainingMonitor")
-    if log.kind == "tensorboard":
-        return f"{log.source} has a single {log.loss_key.name if log.loss_key else 'loss'} point: no window to time"
-    return f"{log.source} records no steps/sec"
+    fmt = BY_NAME.get(log.kind)
+    text = fmt.lacks_rate if fmt is not None else "{source} records no steps/sec"
+    return text.format(source=log.source, loss=log.loss_key.name if log.loss_key else "loss")
 
 
 DEFAULT_WARMUP_STEPS = 10  # the monitor's own default warmup_steps
