@@ -37,7 +37,7 @@ def _cmd_advise(args: argparse.Namespace) -> int:
     if out_dir is not None:
         report = render.write_html(report, out_dir)
     if args.json:
-        print(json.dumps(report.to_dict(), indent=2))
+        print(json.dumps(report.as_dict(), indent=2))
     else:
         print(render.render_markdown(report), end="")
     return report.exit_code

@@ -44,7 +44,7 @@ def _compare_loss(args: argparse.Namespace) -> int:
     from ..analysis.logs import compare, read
     from ..analysis.report import plots
     from ..formats.atomic import refuse_existing
-    from .verdict_text import json_text, loss_lines, print_lines, read_record
+    from .verdict_text import json_text, loss_lines, print_lines
 
     written: tuple = ()
     if args.plot:
@@ -56,7 +56,7 @@ def _compare_loss(args: argparse.Namespace) -> int:
     if args.plot:
         written = plots.plot_loss_comparison(result, args.plot)
     if args.json:
-        print(json_text(dict(result.as_dict(), plots=list(written), read=[read_record(base), read_record(target)])))
+        print(json_text(dict(result.as_dict(), plots=list(written), read=[base.as_dict(), target.as_dict()])))
     else:
         print_lines(loss_lines(result, written, (base, target)))
     return 0 if result.aligned else 1
@@ -67,8 +67,8 @@ def _perf(args: argparse.Namespace) -> int:
     from ..analysis.logs import detect, read, throughput
     from ..analysis.logs.ranks import rank_waits
     from ..analysis.traces.ranks import slow_rank
-    from .ranks_text import slow_rank_lines, slow_rank_record, wait_lines, wait_record
-    from .verdict_text import json_text, print_lines, rank_lines, read_line, read_record, throughput_lines
+    from .ranks_text import slow_rank_lines, wait_lines
+    from .verdict_text import json_text, print_lines, rank_lines, read_line, throughput_lines
 
     how = log_reading(args, len(args.runs))
     found = [(run, h) for given, h in zip(args.runs, how) for run in detect.find_runs(given)]
@@ -81,16 +81,16 @@ def _perf(args: argparse.Namespace) -> int:
     if args.json:
         out = report.as_dict()
         for run, path, log in zip(out["runs"], paths, logs):
-            run["read"] = read_record(log)
+            run["read"] = log.as_dict()
             run["ranks"] = [
                 {"rank": r.rank, "median_steps_per_sec": r.steps_per_sec.median if r.steps_per_sec else None,
                  "relative": r.relative, "slow": r.slow}
                 for r in ranks[path]
             ]
             if path in waits:
-                run["waits"] = wait_record(waits[path])
+                run["waits"] = waits[path].as_dict()
             if traced.get(path) is not None:
-                run["traces"] = slow_rank_record(traced[path])
+                run["traces"] = traced[path].as_dict()
         print(json_text(out))
     else:
         lines = [read_line(log) for log in logs if log.kind not in ("text", "jsonl")]

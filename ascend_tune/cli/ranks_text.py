@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
-
 from ..analysis.dumps.ranks import UNREADABLE, RankFinding, RunFindings
 from ..analysis.logs.ranks import WaitVerdict
 from ..analysis.traces.ranks import SlowRank
@@ -81,12 +79,6 @@ def wait_lines(verdict: WaitVerdict) -> list:
     return lines
 
 
-def wait_record(verdict: WaitVerdict) -> dict:
-    """perf --json's ``waits`` of one run."""
-    return {"waited_for": verdict.waited_for, "answer": verdict.answer(), "excess": verdict.excess,
-            "windows": verdict.windows, "waited_least": {str(r): n for r, n in verdict.last.items()},
-            "test": verdict.test, "ranks": [dict(asdict(r), busy=r.busy) for r in verdict.ranks]}
-
 
 def slow_rank_lines(found: SlowRank) -> list:
     """perf on a multi-rank run with traces of every rank: per rank compute / communication / free, the answer."""
@@ -102,13 +94,3 @@ def slow_rank_lines(found: SlowRank) -> list:
     lines.append(f"  spread across ranks (max - min over mean; over 5% suggests a slow rank): {spread}")
     lines.append(f"  {found.answer()}")
     return lines
-
-
-def slow_rank_record(found: SlowRank) -> dict:
-    """perf --json's ``traces`` of one run."""
-    return {"slow_rank": found.slow, "answer": found.answer(), "meetings": found.meetings, "test": found.test,
-            "arrived_last": {str(r): n for r, n in found.last.items()}, "spread": found.spread,
-            "ranks": [{"rank": r.rank, "traces": r.traces, "timeline": r.timeline, "steps": len(r.steps),
-                       "error": r.error or None,
-                       **{f"{f}_us": r.total(f) for f in ("compute", "communication", "overlapped", "free")}}
-                      for r in found.ranks]}

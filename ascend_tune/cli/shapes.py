@@ -9,7 +9,8 @@ import argparse
 import json
 from collections import Counter
 
-from ..formats.shapes_csv import FIX, ShapesReport, read_shapes_report
+from ..analysis.shapes import ShapesReport, read_shapes_report
+from ..formats.shapes_csv import FIX
 from .args import add_command, add_json, int_at_least
 
 
@@ -29,7 +30,7 @@ def _cmd_shapes(args: argparse.Namespace) -> int:
     """
     report = read_shapes_report(args.csv)
     if args.json:
-        print(json.dumps(report.to_dict(), indent=2))
+        print(json.dumps(report.as_dict(), indent=2))
     else:
         print(render_text(report, args.limit), end="")
     return 1 if report.dynamic else 0

@@ -43,14 +43,14 @@ def _cmd_compare_trace(args: argparse.Namespace) -> int:
     unattributed row, ops found in one run only, and the top contributor with its next action.
     """
     from ..analysis.trace_compare.pair import compare_traces
-    from ..analysis.trace_compare.table import render_text, to_dict, write_outputs
+    from ..analysis.trace_compare.table import as_dict, render_text, write_outputs
 
     result = compare_traces(args.base, args.target, step=args.step, rank=args.rank,
                             noise_floor=args.noise_floor)
     if args.out:
         write_outputs(result, args.out, args.threshold, force=args.force)
     if args.json:
-        print(json.dumps(to_dict(result, args.threshold), indent=2))
+        print(json.dumps(as_dict(result, args.threshold), indent=2))
     else:
         print(render_text(result, top=args.top), end="")
     return result.exit_code(args.threshold)

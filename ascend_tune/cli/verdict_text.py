@@ -41,13 +41,6 @@ def read_line(log: LossLog, label: str = "") -> str:
     return text
 
 
-def read_record(log: LossLog) -> dict:
-    """:func:`read_line`'s facts for ``--json``."""
-    key = log.loss_key
-    return {"source": log.source, "format": log.kind, "step_origin": log.step_origin,
-            "loss_key": key.name if key else None, "loss_key_guessed": key.guessed if key else None,
-            "validation_skipped": log.validation, "non_step_skipped": log.events}
-
 
 _UNITS = {"step": "one loss per optimizer step", "log line": "one loss per log line",
           "log window": "one loss per log window (the per-step losses of the other run averaged over it)"}

@@ -1,6 +1,7 @@
-"""shapes.csv, the dynamic-shape detector's report: its columns, shape ranges, writing and reading it back.
+"""shapes.csv, the dynamic-shape detector's report: its columns, its row, shape ranges, and writing it.
 
-Plain Python, no torch: the detector writes the file during training, ``ascend-tune shapes`` reads it offline.
+Plain Python, no torch: the detector writes the file during training; :mod:`ascend_tune.analysis.shapes` is THE
+reader (``ascend-tune shapes``, the report).
 
 The columns follow the NPU toolkit's dynamic-shape analysis report (``msft_dynamic_shape_analysis_report.csv``:
 function name, call stack, file, line, shapes), and, as that report does, a row is written only for a dynamic op:
@@ -22,10 +23,7 @@ import csv
 import io
 import os
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
-
-from ..errors import InputError
-from .run_dir import SHAPES_CSV
+from dataclasses import dataclass
 
 COLUMNS = (
     "Function Name", "Call Stack", "File", "Line", "Input Shape Range", "Output Shape Range", "Distinct Shapes",
@@ -87,23 +85,6 @@ class ShapeRow:
         return f"{os.path.basename(self.file)}:{self.line}"
 
 
-@dataclass(frozen=True)
-class ShapesReport:
-    """What a shapes.csv holds: every row, and the dynamic ones (more than one distinct shape)."""
-
-    path: str
-    rows: tuple
-
-    @property
-    def dynamic(self) -> tuple:
-        """The rows of ops whose shapes changed."""
-        return tuple(r for r in self.rows if r.distinct > 1)
-
-    def to_dict(self) -> dict:
-        """The report as JSON-ready data."""
-        return {"path": self.path, "dynamic": [asdict(r) for r in self.dynamic], "rows": len(self.rows),
-                "fix": FIX if self.dynamic else None}
-
 
 def csv_bytes(rows: Sequence) -> bytes:
     """shapes.csv's content: the header, then one line per :class:`ShapeRow`."""
@@ -123,49 +104,3 @@ def warning_text(rows: Sequence, steps: str, path: str, named: int = 5) -> str:
     more = f" and {len(rows) - named} more" if len(rows) > named else ""
     return (f"dynamic shapes: {len(rows)} ops changed shape between {steps}: {listed}{more}. "
             f"On an NPU each new shape can mean an operator compilation. Fix: {FIX}. All rows: {path}")
-
-
-def read_shapes_report(path: str) -> ShapesReport:
-    """Read a shapes.csv (``path``: the file, or the run folder holding it); InputError when it is not one."""
-    if os.path.isdir(path):
-        path = os.path.join(path, SHAPES_CSV)
-    if not os.path.isfile(path):
-        raise InputError(
-            f"{path} does not exist; pass a shapes.csv or the run folder (log_dir) of a run with shapes=True"
-        )
-    try:
-        with open(path, newline="", encoding="utf-8") as fh:
-            reader = csv.DictReader(fh)
-            header = reader.fieldnames
-            if not header:
-                raise InputError(f"{path} is empty; was the run interrupted before the detector's last step?")
-            missing = [c for c in REQUIRED if c not in header]
-            if missing:
-                raise InputError(
-                    f"{path} is not a dynamic-shape report: no column {', '.join(map(repr, missing))}; "
-                    "pass the shapes.csv a run with shapes=True wrote"
-                )
-            rows = [_row(record, path, reader.line_num) for record in reader]
-    except UnicodeDecodeError:
-        raise InputError(f"{path} is not a text CSV file; pass the shapes.csv a run with shapes=True wrote") from None
-    except csv.Error as exc:
-        raise InputError(f"{path} is not a readable CSV file ({exc}); pass the shapes.csv a run wrote") from None
-    except OSError as exc:
-        raise InputError(f"cannot read {path} ({exc.strerror or exc})") from None
-    return ShapesReport(path, tuple(rows))
-
-
-def _row(record: dict, path: str, line: int) -> ShapeRow:
-    text = record.get("Distinct Shapes") or ""
-    try:
-        distinct = int(text)
-    except ValueError:
-        raise InputError(
-            f"{path}, line {line}: Distinct Shapes {text!r} is not a number; the file was edited or cut short"
-        ) from None
-    steps = tuple(int(s) for s in (record.get("New Shape Steps") or "").split() if s.isdigit())
-    return ShapeRow(
-        name=record.get("Function Name") or "", stack=record.get("Call Stack") or "", file=record.get("File") or "",
-        line=record.get("Line") or "", input_range=record.get("Input Shape Range") or "",
-        output_range=record.get("Output Shape Range") or "", distinct=distinct, new_steps=steps,
-    )

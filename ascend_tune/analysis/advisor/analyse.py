@@ -62,6 +62,10 @@ class AdviceReport:
         return 1 if any(SEVERITIES.index(f.severity) >= 1 for f in self.findings) else 0
 
     def to_dict(self) -> dict:
+        """The same as :meth:`as_dict` (0.1.0's name, kept for scripts that call it)."""
+        return self.as_dict()
+
+    def as_dict(self) -> dict:
         """A JSON-ready dict (``--json``): step parts by name, findings as plain fields."""
         return {
             "exit_code": self.exit_code,

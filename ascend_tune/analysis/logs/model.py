@@ -98,6 +98,13 @@ class LossLog:
         """Who wrote this kind of log, in words."""
         return WRITERS.get(self.kind, self.kind)
 
+    def as_dict(self) -> dict:
+        """What was read, JSON-ready (no arrays): the source, its format, the loss key and what was skipped."""
+        key = self.loss_key
+        return {"source": self.source, "format": self.kind, "step_origin": self.step_origin,
+                "loss_key": key.name if key else None, "loss_key_guessed": key.guessed if key else None,
+                "validation_skipped": self.validation, "non_step_skipped": self.events}
+
     def notes(self) -> list:
         """What a reader should know about this log: malformed lines (the first few shown), records skipped, an
         unreadable summary."""

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Optional
 
 import numpy as np
@@ -104,6 +104,12 @@ class WaitVerdict:
     test: str  # Dixon's Q on the ranks' median backward time, in words
     excess: Optional[float]  # the candidate's busy time over the others' median, as a share of the step
     where: str  # where the candidate spends its extra time
+
+    def as_dict(self) -> dict:
+        """JSON-ready (perf --json's ``waits`` of one run)."""
+        return {"waited_for": self.waited_for, "answer": self.answer(), "excess": self.excess,
+                "windows": self.windows, "waited_least": {str(r): n for r, n in self.last.items()},
+                "test": self.test, "ranks": [dict(asdict(r), busy=r.busy) for r in self.ranks]}
 
     def answer(self) -> str:
         """The one line a user acts on."""

@@ -10,7 +10,6 @@ compare of one step both runs dumped.
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from ..logs.compare import LossComparison, compare_loss
 from ..logs.model import LossLog
 from ..logs.read import read_log
 from ..logs.throughput import RunThroughput, run_throughput, steps_warmup
+from ..shapes import read_shapes_report
 from ..traces.find import find_traces
 from .alignment import Alignment, align
 from .ranks import ranks_report
@@ -137,11 +137,9 @@ def _json_file(path: str) -> Optional[dict]:
 
 
 def _shapes(path: str) -> Optional[tuple]:
-    """The dynamic ops of shapes.csv; None when there is no such file (the detector was off)."""
-    if not os.path.isfile(path):
-        return None
-    with open(path, newline="", encoding="utf-8") as fh:
-        return tuple(csv.DictReader(fh))
+    """The dynamic ops of shapes.csv (:class:`~ascend_tune.formats.shapes_csv.ShapeRow`); None when there is no
+    such file (the detector was off)."""
+    return read_shapes_report(path).dynamic if os.path.isfile(path) else None
 
 
 def _traces(folder: str) -> list:

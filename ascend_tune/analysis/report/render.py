@@ -259,11 +259,7 @@ def _shape_rows(shapes: Optional[tuple]) -> list:
         return ["no shapes.csv (the detector was off)"]
     if not shapes:
         return ["no dynamic shapes: every op kept its shapes over the watched steps"]
-    rows = []
-    for row in shapes:
-        values = list(row.values())
-        rows.append(" | ".join(str(v) for v in values[:6]))
-    return rows
+    return [" | ".join((r.name, r.stack, r.file, r.line, r.input_range, r.output_range)) for r in shapes]
 
 
 def _advice_rows(report: RunReport) -> list:

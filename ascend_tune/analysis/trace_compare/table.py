@@ -16,7 +16,7 @@ TRACE_COMPARE_JSON = "trace_compare.json"
 COLUMNS = ("level", "name", "base_ms", "target_ms", "delta_ms", "share_of_gap", "ratio", "only_in", "beyond_noise")
 
 
-def to_dict(result: TraceComparison, threshold: float) -> dict:
+def as_dict(result: TraceComparison, threshold: float) -> dict:
     """A JSON-ready dict: the verdict, both sides, every row, the top contributor and its next action."""
     return {
         "verdict": result.verdict(),
@@ -62,7 +62,7 @@ def write_outputs(result: TraceComparison, out_dir: str, threshold: float, force
         writer.writerow(["" if values[c] is None else (f"{values[c]:.6g}" if isinstance(values[c], float)
                                                         else values[c]) for c in COLUMNS])
     write_atomic(paths[0], text.getvalue())
-    write_json_atomic(paths[1], to_dict(result, threshold))
+    write_json_atomic(paths[1], as_dict(result, threshold))
     return paths
 
 

@@ -75,6 +75,15 @@ class SlowRank:
     test: str
     spread: dict  # field -> (max - min) / mean over the ranks, msprof-analyze's "more than 5%" check
 
+    def as_dict(self) -> dict:
+        """JSON-ready (perf --json's ``traces`` of one run)."""
+        return {"slow_rank": self.slow, "answer": self.answer(), "meetings": self.meetings, "test": self.test,
+                "arrived_last": {str(r): n for r, n in self.last.items()}, "spread": self.spread,
+                "ranks": [{"rank": r.rank, "traces": r.traces, "timeline": r.timeline, "steps": len(r.steps),
+                           "error": r.error or None,
+                           **{f"{f}_us": r.total(f) for f in ("compute", "communication", "overlapped", "free")}}
+                          for r in self.ranks]}
+
     def answer(self) -> str:
         """The one line a user acts on."""
         readable = [r for r in self.ranks if not r.error]
