@@ -230,7 +230,7 @@ def test_cli_json_carries_findings_and_step_parts(unfused_sgd, tmp_path, capsys)
     assert data["exit_code"] == 1 and data["html"].endswith("advice.html")
     (trace,) = data["traces"]
     assert {f["rule"] for f in trace["findings"]} >= {"unfused-optimizer"}
-    assert set(trace["steps"][0]["parts_ms"]) >= {"optimizer", "backward", "dataloader", "python & idle"}
+    assert set(trace["steps"][0]["parts_ms"]) >= {"optimizer", "backward", "data loading", "python & idle"}
 
 
 def _monitored_trace(out_dir, with_item: bool) -> str:

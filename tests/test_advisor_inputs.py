@@ -41,7 +41,7 @@ def test_a_gzipped_trace_reads_like_a_plain_one(tmp_path):
     (a,), (b,) = advise_traces(plain.parent).traces, advise_traces(zipped.parent).traces
     assert [s.step for s in a.steps] == [s.step for s in b.steps] == [5, 6]
     assert a.steps == b.steps and a.top_ops == b.top_ops
-    assert a.steps[0].part("dataloader") == pytest.approx(0.05)
+    assert a.steps[0].part("data loading") == pytest.approx(0.05)
 
 
 def test_a_folder_is_searched_recursively_and_other_json_is_ignored(tmp_path):

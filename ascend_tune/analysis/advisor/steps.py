@@ -15,30 +15,20 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..traces.model import Step, Trace
-
-BREAKDOWN = ("host sync", "dataloader", "optimizer", "backward", "forward & other ops", "python & idle")
-
-SYNC_OPS = frozenset({"aten::_local_scalar_dense", "aten::item"})
-_SYNC_RUNTIME = re.compile(
-    r"(cudaStreamSynchronize|cudaDeviceSynchronize|cudaEventSynchronize|aclrtSynchronize(Stream|Device|Event))"
+from ..traces.vocabulary import (
+    BACKWARD,
+    DATA,
+    HOST_SYNC,
+    OPTIMIZER,
+    SYNC_OPS,
+    SYNCHRONIZE,
+    is_backward,
+    is_dataloader,
+    is_optimizer,
 )
 
-
-def is_dataloader(name: str) -> bool:
-    """``enumerate(DataLoader)#..._next__`` and torch_npu's equivalents (msprof-analyze matches "dataloader")."""
-    return "dataloader" in name.lower()
-
-
-def is_optimizer(name: str) -> bool:
-    """The annotations torch.optim records around ``step()`` and ``zero_grad()``."""
-    return name.startswith(("Optimizer.step#", "Optimizer.zero_grad#"))
-
-
-def is_backward(name: str) -> bool:
-    return name.startswith("autograd::engine::evaluate_function")
-
-
-_DEVICE_READ = re.compile(r"Memcpy|" + _SYNC_RUNTIME.pattern)
+BREAKDOWN = (HOST_SYNC, DATA, OPTIMIZER, BACKWARD, "forward & other ops", "python & idle")
+_DEVICE_READ = re.compile(r"Memcpy|" + SYNCHRONIZE.pattern, re.IGNORECASE)
 
 
 def device_reads(trace: Trace) -> Optional[set]:
@@ -63,7 +53,7 @@ def is_sync(trace: Trace, index: int) -> bool:
     event = trace.events[index]
     if event.role == "host":
         return event.name in SYNC_OPS
-    return event.role == "runtime" and bool(_SYNC_RUNTIME.search(event.name))
+    return event.role == "runtime" and bool(SYNCHRONIZE.search(event.name))
 
 
 @dataclass(frozen=True)

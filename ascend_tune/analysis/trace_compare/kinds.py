@@ -15,7 +15,7 @@ import functools
 import re
 from typing import NamedTuple, Optional
 
-from ..advisor.steps import SYNC_OPS, is_dataloader, is_optimizer
+from ..traces.vocabulary import COLLECTIVE, DATA, HOST_SYNC, OPTIMIZER, is_dataloader, is_optimizer, is_sync_op
 
 
 class Kind(NamedTuple):
@@ -31,7 +31,7 @@ def _names(*words: str) -> re.Pattern:
     return re.compile("|".join(words), re.IGNORECASE)
 
 
-HOST_SYNC, DATA, OPTIMIZER, OUTSIDE, IDLE = "host sync", "data loading", "optimizer", "outside any op", "device idle"
+OUTSIDE, IDLE = "outside any op", "device idle"
 
 KINDS = (
     Kind(HOST_SYNC, "context", "aten::item / aten::_local_scalar_dense, or a synchronize call (the host waits); "
@@ -41,8 +41,7 @@ KINDS = (
          _names(r"_fused_adam", r"_fused_sgd", r"fused_?adam", r"apply_adam", r"multi_tensor_apply",
                 r"ApplyAdam")),
     Kind("communication", "compute", "c10d:: / nccl / hccl / allreduce / allgather / reducescatter / broadcast",
-         _names(r"^c10d::", r"nccl", r"hccl", r"allreduce", r"all_reduce", r"allgather", r"all_gather",
-                r"reduce_?scatter", r"broadcast", r"alltoall")),
+         COLLECTIVE),
     Kind("memory copy", "compute", "copies and fills: aten::copy_ / to / clone / contiguous / fill_, Memcpy, "
          "Memset", _names(r"^aten::(copy_|_to_copy|to|clone|contiguous|fill_|zero_|zeros?|empty\w*)$", r"memcpy",
                           r"memset")),
@@ -63,13 +62,12 @@ KINDS = (
 )
 KIND_NAMES = tuple(k.name for k in KINDS)
 COMPUTE_KINDS = tuple(k for k in KINDS if k.side == "compute")
-_SYNC_CALL = re.compile(r"Synchronize", re.IGNORECASE)
 
 
 @functools.lru_cache(maxsize=4096)
 def context_kind(name: str) -> Optional[str]:
     """The context kind an annotation or op name opens (``host sync``, ``data loading``, ``optimizer``), or None."""
-    if name in SYNC_OPS or _SYNC_CALL.search(name):
+    if is_sync_op(name):
         return HOST_SYNC
     if is_dataloader(name):
         return DATA

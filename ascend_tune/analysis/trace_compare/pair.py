@@ -20,8 +20,7 @@ from ..advisor.rules.dispatch import dispatch_bound
 from ..advisor.rules.optimizer import unfused_optimizer
 from ..advisor.rules.shapes import dynamic_shapes
 from ..advisor.rules.sync import host_syncs
-from ..traces.find import TRACE_PATTERNS, find_traces
-from ..traces.listing import trace_rank
+from ..traces.find import TRACE_PATTERNS, find_traces, trace_rank
 from ..traces.model import Trace, read_trace
 from .compare import NOISE_FLOOR, TraceComparison, compare_sides, side_of
 from .kinds import DATA, HOST_SYNC, OPTIMIZER

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import re
 from collections.abc import Sequence
 from typing import Optional, Union
 
 from ...errors import InputError
+from ...formats.run_dir import rank_of_dir
 
 TORCH_PATTERNS = ("*.pt.trace.json", "*.pt.trace.json.gz")
 NPU_TRACE_NAME = "trace_view.json"
@@ -68,4 +70,37 @@ def ascend_pt_folder(trace_path: PathLike) -> Optional[str]:
     folder = os.path.dirname(parent)
     if os.path.basename(parent) == NPU_OUTPUT_DIR and folder.endswith(ASCEND_PT_SUFFIX):
         return folder
+    return None
+
+
+_FILE_RANK = re.compile(r"^rank(\d+)[_.]")  # rank0_host_1234.pt.trace.json: the profiler's own file name
+_NPU_INFO = re.compile(r"^profiler_info_(\d+)\.json$")
+
+
+def trace_rank(path: PathLike, header: Optional[dict] = None, within: Optional[PathLike] = None) -> Optional[int]:
+    """THE rank a trace belongs to (``ascend-tune trace``, ``compare-trace --rank`` and ``perf`` all ask here): its
+    ``distributedInfo`` (when its ``header`` was read), a ``rank{R}`` folder above the file (below ``within`` only,
+    when given: perf's run folder, where every rank's traces sit), a ``rank{R}_`` file name, torch_npu's
+    ``profiler_info_{R}.json`` beside its ``*_ascend_pt`` folder; None when none says."""
+    info = (header or {}).get("distributedInfo")
+    if isinstance(info, dict) and isinstance(info.get("rank"), int):
+        return info["rank"]
+    folder = os.path.dirname(os.path.abspath(path))
+    if within is not None:
+        base = os.path.abspath(within)
+        base = base if os.path.isdir(base) else os.path.dirname(base)
+        folder = os.path.relpath(folder, base) if folder.startswith(base) else folder
+    for part in reversed(folder.split(os.sep)):
+        rank = rank_of_dir(part)
+        if rank is not None:
+            return rank
+    match = _FILE_RANK.match(os.path.basename(path))
+    if match:
+        return int(match.group(1))
+    run_dir = ascend_pt_folder(path)  # <run>_ascend_pt/ASCEND_PROFILER_OUTPUT/trace_view.json
+    if run_dir is not None and os.path.isdir(run_dir):
+        for name in os.listdir(run_dir):
+            match = _NPU_INFO.match(name)
+            if match:
+                return int(match.group(1))
     return None

@@ -9,20 +9,17 @@ Ascend/pytorch#133), so ``scan_traces`` writes a copy, ``trace_view.perfetto.jso
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 from typing import Optional
 
 from ...errors import InputError
 from ...formats.atomic import make_folder, write_json_atomic
-from ...formats.run_dir import rank_of_dir
-from .find import ascend_pt_folder, find_traces
+from .find import find_traces, trace_rank
 from .load import TraceFile, load_trace_file
 from .model import STEP_NAME
 
 NORMALISED_SUFFIX = ".perfetto.json"
 
-_NPU_INFO = re.compile(r"^profiler_info_(\d+)\.json$")
 
 
 @dataclass(frozen=True)
@@ -105,7 +102,7 @@ def _read(path: str, root: str, normalise: bool, out_dir: Optional[str]) -> Trac
     return TraceInfo(
         path=path,
         kind=loaded.kind,
-        rank=_rank(path, loaded.header),
+        rank=trace_rank(path, loaded.header),
         steps=tuple(sorted(steps)),
         size_bytes=os.path.getsize(path),
         events=len(loaded.events),
@@ -113,30 +110,6 @@ def _read(path: str, root: str, normalise: bool, out_dir: Optional[str]) -> Trac
         normalised=written,
     )
 
-
-def trace_rank(path: str, header: Optional[dict] = None) -> Optional[int]:
-    """The rank a trace belongs to: its ``distributedInfo``, a ``rank{R}`` folder or torch_npu's
-    ``profiler_info_{R}.json`` beside its ``*_ascend_pt`` folder; None when unknown."""
-    return _rank(path, header or {})
-
-
-def _rank(path: str, header: dict) -> Optional[int]:
-    info = header.get("distributedInfo")
-    if isinstance(info, dict) and isinstance(info.get("rank"), int):
-        return info["rank"]
-    folder = os.path.dirname(os.path.abspath(path))
-    for part in reversed(folder.split(os.sep)):
-        rank = rank_of_dir(part)
-        if rank is not None:
-            return rank
-    # torch_npu: <run>_ascend_pt/ASCEND_PROFILER_OUTPUT/trace_view.json beside <run>_ascend_pt/profiler_info_{R}.json
-    run_dir = ascend_pt_folder(path)
-    if run_dir is not None and os.path.isdir(run_dir):
-        for name in os.listdir(run_dir):
-            match = _NPU_INFO.match(name)
-            if match:
-                return int(match.group(1))
-    return None
 
 
 def _normalised_path(path: str, root: str, out_dir: Optional[str]) -> str:

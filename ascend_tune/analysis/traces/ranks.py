@@ -18,22 +18,17 @@ instead, which breaks on renamed kernels (HTA #360) and on traces without CUDA (
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
 
 from ...errors import InputError
-from ...formats.run_dir import PROFILE_DIR, rank_of_dir
+from ...formats.run_dir import PROFILE_DIR
 from ..outliers import CONFIDENCE, most_extreme, tally_chance
 from ..parallel import map_ranks
-from .find import find_traces
-
-_COMM = re.compile(r"(?i)^(gloo|nccl|hccl|mpi|ucc):|nccl(dev)?kernel|^hcom_|allreduce|all_reduce|allgather|"
-                   r"all_gather|reducescatter|reduce_scatter|alltoall|all_to_all|broadcast|record_param_comms")
-_HOST_COMM = re.compile(r"^(gloo|nccl|hccl|mpi|ucc):|^record_param_comms$")
-_FILE_RANK = re.compile(r"^rank(\d+)[_.]")
+from .find import find_traces, trace_rank
+from .vocabulary import COLLECTIVE, HOST_COLLECTIVE
 
 
 @dataclass(frozen=True)
@@ -106,14 +101,7 @@ def rank_traces(path: str) -> dict:
         return {}
     out: dict = {}
     for trace in find_traces(root):
-        rank = None
-        for part in reversed(os.path.relpath(trace, root).split(os.sep)[:-1]):
-            rank = rank_of_dir(part)
-            if rank is not None:
-                break
-        if rank is None:
-            match = _FILE_RANK.match(os.path.basename(trace))
-            rank = int(match.group(1)) if match else None
+        rank = trace_rank(trace, within=root)
         if rank is not None:
             out.setdefault(rank, []).append(trace)
     return out
@@ -145,9 +133,9 @@ def _split(trace, step, timeline: str) -> tuple:
         if timeline == "device":
             if event.role != "device":
                 continue
-            is_comm = bool(_COMM.search(event.name))
+            is_comm = bool(COLLECTIVE.search(event.name))
         else:
-            is_comm = event.role == "host" and bool(_HOST_COMM.match(event.name))
+            is_comm = event.role == "host" and bool(HOST_COLLECTIVE.match(event.name))
             if not is_comm and not (event.role == "host" and event.tid == step.tid and event.cat == "cpu_op"):
                 continue
         (comm if is_comm else compute).append((event.ts, min(event.end, step.end)))

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from ...traces.model import Trace
+from ...traces.vocabulary import is_dataloader
 from ..findings import Finding, median, step_label, step_windows
-from ..steps import is_dataloader
 
 DATALOADER_MS = 10.0  # msprof-analyze's dataloader_duration_threshold
 DATALOADER_SHARE = 0.10
