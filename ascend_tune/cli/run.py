@@ -1,7 +1,7 @@
 """``ascend-tune run [options] -- COMMAND [ARGS...]``: monitor a command's training processes, zero lines changed.
 
 The launcher checks its options and the command, puts the bootstrap folder first on ``PYTHONPATH``, sets the
-options' environment variables (:mod:`ascend_tune.launch.options`) and *becomes* the command (``exec``): its exit
+options' environment variables (:mod:`ascend_tune.launch.environment`) and *becomes* the command (``exec``): its exit
 status, signals, stdout and stderr are the command's own, unchanged. What each Python process of the command does
 with that is in :mod:`ascend_tune.launch.process`. A bad option, no command, or a command not found: one line, exit
 2, nothing run. An install without the bootstrap runs the command unmonitored and says so in one line; a process
@@ -27,7 +27,7 @@ DESCRIPTION = (
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
     """Add ``run`` to the ``ascend-tune`` subcommands."""
-    from ..launch.options import run_features
+    from ..launch.environment import run_features
 
     run = add_command(subparsers, "run", _cmd_run, description=DESCRIPTION)
     run.add_argument("--log-dir", default="exp/train", help="where log.txt, metrics.jsonl and summary.json go "
@@ -49,7 +49,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     """Monitor an unchanged training command: ascend-tune run [options] -- python train.py ..."""
-    from ..launch import options as opt
+    from ..launch import environment as opt
 
     command = list(args.command)
     if command[:1] == ["--"]:

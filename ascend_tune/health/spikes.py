@@ -26,7 +26,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Optional
 
-MAD_TO_SIGMA = 1.4826
+from ..analysis import stats
 
 
 @dataclass(frozen=True)
@@ -72,8 +72,8 @@ class SpikeRule:
         verdict = None
         scaled = _log(value) if self.log else value
         if self._seen >= self.warmup:
-            center = _median(list(self._values))
-            spread = MAD_TO_SIGMA * _median([abs(v - center) for v in self._values])
+            center = stats.median(self._values)
+            spread = stats.robust_spread(self._values, least=1)
             median = math.exp(center) if self.log else center
             if scaled > center + self.threshold * spread and value > median * (1 + self.min_rise):
                 verdict = Verdict(value, "spike", median, spread, self.log)
@@ -85,16 +85,10 @@ class SpikeRule:
         """The baseline now (None before the first finite value)."""
         if not self._values:
             return None
-        center = _median(list(self._values))
+        center = stats.median(self._values)
         return math.exp(center) if self.log else center
 
 
 def _log(value: float) -> float:
     return math.log(value) if value > 0 else -math.inf
 
-
-def _median(values: list) -> float:
-    ordered = sorted(values)
-    n = len(ordered)
-    mid = n // 2
-    return ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2

@@ -1,6 +1,6 @@
 """Zero lines: ``ascend-tune run -- COMMAND`` monitors the Python processes of a command nobody edited.
 
-- :mod:`.options`: the launcher's options, carried to every process of the command by environment variables
+- :mod:`.environment`: the launcher's options, carried to every process of the command by environment variables
   (the monitor's own in ``ASCEND_TUNE_RUN``, the features' in their ``ASCEND_TUNE_*`` switches);
 - ``bootstrap/sitecustomize.py``: put first on ``PYTHONPATH``, run by every Python process at start-up; it runs the
   ``sitecustomize`` it hides, then :func:`.process.install`;

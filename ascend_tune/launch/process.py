@@ -25,7 +25,7 @@ import sys
 import threading
 from typing import Any, Optional
 
-from .options import PREFIX, RunOptions
+from .environment import PREFIX, RunOptions
 
 _state: dict = {"installed": False, "hook": None, "monitor": None, "pid": None, "ended_by": None, "said": set(),
                 "inside": set(), "unwatched": None, "unwatched_steps": 0, "why_not": None}

@@ -16,10 +16,10 @@ from typing import Optional, Union
 from ...errors import InputError
 from ..traces.find import TRACE_PATTERNS, find_traces
 from ..traces.model import Trace, read_trace
+from .breakdown import BREAKDOWN, step_times, top_ops
 from .findings import SEVERITIES, Finding
 from .msprof import ascend_pt_folders, run_msprof_advisor
 from .rules import RULES
-from .steps import BREAKDOWN, step_times, top_ops
 
 __all__ = ["AdviceReport", "Finding", "TraceAdvice", "advise_traces", "analyse_trace"]
 

@@ -17,8 +17,8 @@ from typing import Optional
 from ...formats.atomic import make_folder, write_atomic
 from ...formats.run_dir import ADVICE_HTML
 from .analyse import AdviceReport, TraceAdvice
+from .breakdown import BREAKDOWN
 from .findings import SEVERITIES
-from .steps import BREAKDOWN
 
 _COLOURS = ("#d62728", "#ff7f0e", "#9467bd", "#1f77b4", "#2ca02c", "#c7c7c7")  # one per BREAKDOWN part
 _SEVERITY_COLOURS = {"critical": "#b5495b", "warning": "#e8a317", "info": "#65a0c2"}

@@ -5,7 +5,7 @@ family, ``fuzzy=True`` by call order for every API; arguments by the parameter t
 not record against the default it stands for. So a builtin dump and a msprobe dump of the same run pair slot for
 slot though the engines record some calls differently.
 
-How two tensors differ (msprobe's metrics) and msprobe's verdicts: :mod:`.differences` and :mod:`.verdicts`; the
+How two tensors differ (msprobe's metrics) and msprobe's verdicts: :mod:`.differences` and :mod:`.msprobe_rules`; the
 CSV and JSON written: :mod:`.table`.
 
 **First divergence**: :mod:`.divergence`.
@@ -20,7 +20,7 @@ from typing import Optional
 import numpy as np
 
 from ...errors import InputError
-from . import calls, differences, pairing, tolerance, verdicts
+from . import calls, differences, msprobe_rules, pairing, tolerance
 from .differences import StatsDiff, TensorMetrics
 from .divergence import Closest, FirstDivergence, Uncertain, first_divergence, walk
 from .model import Dump, Leaf, Stats
@@ -327,7 +327,7 @@ def _judge(pairs: list, rows: list, tensor_mode: bool) -> None:
             thousandth=r["tensor"].one_thousandth if r["tensor"] and not r["_uncompared"] else None,
             same_elements=r["note"].startswith("shape"),
         ) for r in group]
-        judged = (verdicts.msprobe_results(pair.name, views, tensor_mode) if pair.matched
+        judged = (msprobe_rules.msprobe_results(pair.name, views, tensor_mode) if pair.matched
                   else [("pass", ())] * len(group))
         for r, (result, messages) in zip(group, judged):
             r["result"], r["messages"] = result, messages

@@ -10,7 +10,7 @@ in the loader's ``next`` and in ``backward()`` (``host_s``, :mod:`ascend_tune.ru
 rank's step takes as long as the slowest one's: the slow rank's extra work (in its data, its forward) shows as time the
 others spend blocked in the collective, which on CPU / gloo is inside ``backward()``. So per rank, *busy* = step time
 minus time in backward; the rank the others wait for waits least: its median time in backward is a low outlier
-among the ranks' (Dixon's Q at 99.5%, :mod:`..outliers`) or it waited least in more windows than equal ranks do
+among the ranks' (Dixon's Q at 99.5%, :mod:`..stats`) or it waited least in more windows than equal ranks do
 with a chance of 0.5%; it waited least in most log windows; and its busy time
 exceeds the others' by more than :data:`SPREAD` of the step (msprof-analyze: "max more than 5% above min suggests
 a slow rank"). On CUDA / NPU the collective wait is on the device, outside backward's host time: a slow
@@ -27,7 +27,7 @@ from typing import Optional
 import numpy as np
 
 from ...formats.run_dir import METRICS_JSONL, rank_of_dir
-from ..outliers import CONFIDENCE, most_extreme, tally_chance
+from ..stats import CONFIDENCE, most_extreme, tally_chance
 
 SLOW_RANK = 0.9  # a rank below 90% of the ranks' median steps/sec is flagged, as msprof-analyze's slow-rank check
 SPREAD = 0.05  # the slow rank's busy time exceeds the others' median by more than 5% of the step

@@ -26,6 +26,7 @@ from typing import Optional
 
 from ...errors import InputError
 from ..defaults import TRACE_NOISE_FLOOR, TRACE_THRESHOLD
+from ..stats import robust_spread
 from ..traces.model import Trace
 from .attribute import LEVELS, OUTSIDE_LABEL, label_events, step_rows
 
@@ -212,8 +213,4 @@ def _noise(base_values, target_values, base_step_ms: float) -> float:
 
 
 def _spread(values) -> float:
-    values = list(values)
-    if len(values) < 3:
-        return 0.0
-    middle = statistics.median(values)
-    return 1.4826 * statistics.median(abs(v - middle) for v in values)
+    return robust_spread(values, least=3)

@@ -9,7 +9,7 @@ its wait (``gloo:all_reduce``, ``nccl:all_reduce``; torch's ``record_param_comms
 
 Across ranks (:func:`slow_rank`): the k-th collective of a name in step N is one meeting of every rank; the rank
 whose call was *shortest* arrived last and made the others wait. Per rank, the communication time summed over the
-steps: the slow rank's is a low outlier (Dixon's Q at 99.5% up to 100 ranks, 3 sigma beyond, :mod:`..outliers`) or
+steps: the slow rank's is a low outlier (Dixon's Q at 99.5% up to 100 ranks, 3 sigma beyond, :mod:`..stats`) or
 its count of last arrivals is one that equal ranks reach with a chance under 0.5%, and it arrived last at most
 meetings. HTA's ``get_potential_stragglers`` looks for the latest-starting NCCL kernel
 instead, which breaks on renamed kernels (HTA #360) and on traces without CUDA (HTA #219).
@@ -25,8 +25,8 @@ import numpy as np
 
 from ...errors import InputError
 from ...formats.run_dir import PROFILE_DIR
-from ..outliers import CONFIDENCE, most_extreme, tally_chance
 from ..parallel import map_ranks
+from ..stats import CONFIDENCE, most_extreme, tally_chance
 from .find import find_traces, trace_rank
 from .vocabulary import COLLECTIVE, HOST_COLLECTIVE
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from ...traces.model import Trace
+from ..breakdown import device_busy_us
 from ..findings import Finding, median, step_label, step_windows
-from ..steps import device_busy_us
 
 MANY_OPS_PER_STEP = 500  # top-level ops per step for the dispatch-bound rule
 SMALL_OP_US = 20.0  # an op this short is mostly dispatch cost, on an NPU mostly launch cost

@@ -14,8 +14,8 @@ from collections import defaultdict
 from ....formats.trace_names import read_back_steps
 from ...traces.model import Trace
 from ...traces.vocabulary import is_dataloader, is_optimizer
+from ..breakdown import device_reads, is_sync
 from ..findings import Finding, median, step_label, step_windows
-from ..steps import device_reads, is_sync
 
 MAX_SYNCBN = 20  # msprof-analyze's max_syncbn_num
 SYNC_LAUNCH_RATIO = 0.5  # msprof-analyze's min_co_occurrence_ratio

@@ -1,5 +1,7 @@
-"""THE statistical test that names one rank among many, as msprof-analyze's slow-rank recipe does: Dixon's Q test at
-99.5% confidence up to 100 values, three standard deviations beyond.
+"""THE robust statistics, once: the median, the spread (1.4826 x the median absolute deviation, a standard deviation
+that one wild value does not move), and the test that names one value among many (one rank), as msprof-analyze's
+slow-rank recipe does: Dixon's Q test at 99.5% confidence up to 100 values, three standard deviations beyond. The
+ranks' verdicts, the health feature's spike rule and compare-trace's noise use them.
 
 Dixon's ratio compares the suspect's gap to its neighbour with the sample's range; the ratio changes with the
 sample size so that one other extreme value cannot mask the suspect (Dixon 1950): r10 for n = 3-7, r11 for 8-10,
@@ -13,14 +15,33 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
 
+MAD_TO_SIGMA = 1.4826  # a normal distribution's standard deviation per median absolute deviation
 CONFIDENCE = 0.995
 DIXON_MAX = 100  # beyond: 3 sigma
 _SAMPLES = 200_000
+
+
+def median(values: Sequence) -> float:
+    """The middle value (the mean of the two middle ones for an even count); ``values`` must not be empty."""
+    ordered = sorted(values)
+    n = len(ordered)
+    mid = n // 2
+    return ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def robust_spread(values: Sequence, least: int = 3) -> float:
+    """``MAD_TO_SIGMA`` x the median absolute deviation of ``values``; 0.0 for fewer than ``least`` of them."""
+    values = list(values)
+    if len(values) < max(least, 1):
+        return 0.0
+    middle = median(values)
+    return MAD_TO_SIGMA * median([abs(v - middle) for v in values])
 
 
 @dataclass(frozen=True)
