@@ -11,8 +11,9 @@ import json
 import re
 
 from ...errors import InputError
+from .layouts import PTDBG
 from .model import NO_STATS, Dump, Leaf, Op, Stats, as_float
-from .sources import PTDBG, DumpFiles, DumpRef
+from .sources import DumpFiles, DumpRef
 from .stacks import frames_of
 
 _PTDBG_DATA = re.compile(r"^(?P<op>.+)_(?P<dir>input|output)(?P<sub>(?:\.[^.]+)*)$")

@@ -26,9 +26,9 @@ from typing import Any, Optional
 
 from ...errors import InputError
 from ...formats.dump_layout import CONSTRUCT_JSON, DUMP_JSON, JOURNAL, STACK_JSON, TENSOR_DIR, WRITER
+from .layouts import INDEX_KINDS, index_kind
 from .model import NO_STATS, Dump, Leaf, Op, Stats, as_float
-from .ptdbg import read_ptdbg
-from .sources import PTDBG, DumpFiles, DumpRef, open_location, select_dump
+from .sources import DumpFiles, DumpRef, open_location, select_dump
 from .stacks import frames_of, parse_stacks
 
 _TENSOR_TYPES = ("torch.Tensor", "mindspore.Tensor", "numpy.ndarray", "torch.nn.parameter.Parameter")
@@ -58,11 +58,10 @@ def read_dump(path: str, step: Optional[int] = None, rank: Optional[int] = None)
 def read_index(files: DumpFiles, ref: DumpRef) -> Dump:
     """Read the dump ``ref`` of an opened location (:func:`.sources.open_location`)."""
     label = files.label if not ref.folder else f"{files.label}:{ref.folder}"
-    if ref.layout == PTDBG:
-        return read_ptdbg(files, ref, label)
-    if ref.index.rpartition("/")[2] == JOURNAL:
-        return _read_journal(files, ref, label)
-    return _read_json(files, ref, label)
+    kind = index_kind(ref.index.rpartition("/")[2], named=True)
+    if kind is None or kind.layout != ref.layout:
+        kind = next(k for k in INDEX_KINDS if k.layout == ref.layout)
+    return kind.read(files, ref, label)
 
 
 def dump_from_index(index: Any, stacks: dict, construct: Any, label: str, **where: Any) -> Dump:
@@ -116,7 +115,8 @@ def _where(files: DumpFiles, ref: DumpRef) -> dict:
     return dict(files=files, folder=ref.folder, step=ref.step, rank=ref.rank, path=path if files.on_disk else None)
 
 
-def _read_json(files: DumpFiles, ref: DumpRef, label: str) -> Dump:
+def read_json_index(files: DumpFiles, ref: DumpRef, label: str) -> Dump:
+    """A dump.json's dump (the msprobe layout's index)."""
     index = load_json(files, ref.index, label)
     if not isinstance(index, dict) or not isinstance(index.get("data"), dict):
         raise InputError(
@@ -132,7 +132,8 @@ def _optional_json(files: DumpFiles, name: str, label: str) -> Any:
     return load_json(files, name, label) if files.exists(name) else {}
 
 
-def _read_journal(files: DumpFiles, ref: DumpRef, label: str) -> Dump:
+def read_journal(files: DumpFiles, ref: DumpRef, label: str) -> Dump:
+    """A dump.journal's dump (a step whose process died before it ended)."""
     header: dict = {}
     data: dict = {}
     stacks: dict = {}

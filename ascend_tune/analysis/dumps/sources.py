@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ...errors import InputError
-from ...formats.dump_layout import DUMP_JSON, JOURNAL, TENSOR_DIR, is_rank_dir_name, rank_of_dump_dir, step_of_dir
+from ...formats.dump_layout import TENSOR_DIR, is_rank_dir_name, rank_of_dump_dir, step_of_dir
 from .archive import VerifiedArchive, is_archive
+from .layouts import index_kind, what_dumps
 
-MSPROBE, PTDBG = "msprobe", "ptdbg"
 _STEP_DEPTH = 3  # folders above an index searched for its step{N}: rank folder, ptdbg_dump_<version>, step{N}
 
 
@@ -110,16 +110,16 @@ def open_location(path: str) -> tuple:
     elif is_archive(path):
         files = DumpFiles(path, archive=VerifiedArchive(path))
         refs = find_refs(files.names(), location=path)
-    elif path.endswith((".json", ".pkl")) or os.path.basename(path) == JOURNAL:
+    elif index_kind(os.path.basename(path), named=True) is not None:
         folder = os.path.dirname(os.path.abspath(path))
         files = DumpFiles(path, root=folder)
         refs = find_refs([os.path.basename(path)], any_json=True, location=folder)
     else:
-        raise InputError(f"{path} is not a dump: pass a dump folder, a dump.json, a ptdbg .pkl or an archive")
+        raise InputError(f"{path} is not a dump: pass a dump folder, {what_dumps()} or an archive")
     if not refs:
         files.close()
         raise InputError(
-            f"{path} holds no dump (no dump.json from msprobe / ascend_tune, no ptdbg .pkl); "
+            f"{path} holds no dump (none of {what_dumps()}); "
             "pass the dump_path of the run or a step/rank folder inside it"
         )
     return files, refs
@@ -130,22 +130,18 @@ def find_refs(names: list, any_json: bool = False, location: str = "") -> list:
 
     ``any_json``: a ``*.json`` of any name counts as a dump.json (a single file the user named).
     """
-    refs, with_json = [], set()
+    refs, kinds, present = [], {}, set()
     above = [p for p in os.path.abspath(location).split(os.sep) if p] if location and os.path.isdir(location) else []
     for name in names:
         folder, _, base = name.rpartition("/")
-        if base == DUMP_JSON or (any_json and base.endswith(".json")):
-            layout = MSPROBE
-            with_json.add(folder)
-        elif base == JOURNAL:
-            layout = MSPROBE
-        elif base.endswith(".pkl"):
-            layout = PTDBG
-        else:
+        present.add((folder, base))
+        kind = index_kind(base, named=any_json)
+        if kind is None:
             continue
         step, rank = _step_and_rank(above + [p for p in folder.split("/") if p])
-        refs.append(DumpRef(name, layout, step, rank, location))
-    refs = [r for r in refs if not (r.index.endswith(JOURNAL) and r.folder in with_json)]
+        refs.append(DumpRef(name, kind.layout, step, rank, location))
+        kinds[name] = kind
+    refs = [r for r in refs if not (kinds[r.index].yields_to and (r.folder, kinds[r.index].yields_to) in present)]
     refs.sort(key=lambda r: (-1 if r.step is None else r.step, -1 if r.rank is None else r.rank, r.index))
     return refs
 
