@@ -68,21 +68,33 @@ def is_jsonl(head: bytes, first_line: bytes, path: str) -> bool:
     return first_line.startswith(b"{") and first_line != b"{"
 
 
+def read_summary(folder: str) -> tuple:
+    """THE reader of a run's ``summary.json``: ``(its object, None)``, ``(None, None)`` when the run folder has none,
+    or ``(None, what is wrong)`` when it cannot be read as JSON (a run interrupted while writing it)."""
+    path = os.path.join(folder, SUMMARY_JSON)
+    if not os.path.isfile(path):
+        return None, None
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh), None
+    except (OSError, ValueError) as exc:
+        return None, f"{path} is not readable JSON ({exc})"
+
+
 def summary_warmup(folder: str) -> tuple:
     """``(WarmUp or None, notes)``: the warm-up the ``summary.json`` in ``folder`` records (None without one).
 
     Parameters:
         folder: a run folder (TrainingMonitor's ``log_dir``).
     """
+    summary, problem = read_summary(folder)
+    if summary is None:
+        return None, () if problem is None else (f"{problem}; warm-up from --exclude-first",)
     path = os.path.join(folder, SUMMARY_JSON)
-    if not os.path.isfile(path):
-        return None, ()
     try:
-        with open(path, encoding="utf-8") as fh:
-            summary = json.load(fh)
         start, steps = summary["start_step"], summary["warmup_steps"]
-    except (OSError, ValueError, TypeError, KeyError):
-        return None, (f"{path} is unreadable or has no start_step / warmup_steps; warm-up from --exclude-first",)
+    except (TypeError, KeyError):
+        return None, (f"{path} has no start_step / warmup_steps; warm-up from --exclude-first",)
     if not (_is_number(start) and _is_number(steps)):
         return None, (f"{path} has no start_step / warmup_steps numbers; warm-up from --exclude-first",)
     return WarmUp(int(start), int(steps)), ()

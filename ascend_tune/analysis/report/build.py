@@ -17,11 +17,11 @@ from typing import Any, Optional
 
 from ...errors import InputError
 from ...formats.dump_layout import REPLAY_JSON
-from ...formats.run_dir import SHAPES_CSV, SUMMARY_JSON, TUNING_JSON
+from ...formats.run_dir import SHAPES_CSV, TUNING_JSON
 from ..defaults import LOSS_GAP
 from ..logs.compare import LossComparison, compare_loss
 from ..logs.model import LossLog
-from ..logs.read import read_log
+from ..logs.read import read_log, read_summary
 from ..logs.throughput import RunThroughput, run_throughput, steps_warmup
 from ..shapes import read_shapes_report
 from ..traces.find import find_traces
@@ -79,7 +79,9 @@ def build_report(run: str, baseline: Optional[str] = None, threshold: float = LO
     if not os.path.isdir(run):
         raise InputError(f"{run} is not a folder; pass a run folder (TrainingMonitor's log_dir)")
     log = read_log(run)
-    summary = _json_file(os.path.join(run, SUMMARY_JSON))
+    summary, problem = read_summary(run)
+    if problem is not None:
+        raise InputError(f"{problem}; was the run interrupted while writing it?")
     notes = list(log.notes())
     # the run's warm-up as summary.json and `ascend-tune perf` count it (analysis.logs.rates); none without one
     if log.warmup is not None:
