@@ -10,8 +10,20 @@ from __future__ import annotations
 import argparse
 import os
 
-from .args import add_command, add_force, add_jobs, add_json, add_log_reading, add_threshold, count, log_reading
+from ..analysis.defaults import LOSS_NOISE_FLOOR
+from .args import (
+    add_command,
+    add_force,
+    add_jobs,
+    add_json,
+    add_log_reading,
+    add_threshold,
+    count,
+    fraction,
+    log_reading,
+)
 
+RULES = ("seed", "noise", "both")  # compare-loss --rule: which verdicts fail the command
 LOG_FORMS = ("a log.txt, metrics.jsonl, trainer_state.json, Lightning metrics.csv or TensorBoard event file, or a "
              "run folder holding one")
 
@@ -25,6 +37,14 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--align", choices=("step", "index"), default="step",
                    help="pair losses by optimizer step (default) or line by line as the seed script did")
     add_log_reading(p, "input (BASE, then TARGET)")
+    p.add_argument("--noise-from", action="append", default=[], metavar="RUN",
+                   help="another reference run, the reference's script with another seed (repeatable): its gap "
+                        "against BASE is noise, not a fault")
+    p.add_argument("--rule", choices=RULES, default="both",
+                   help="what fails (exit 1): seed (the mean relative gap over --threshold), noise (the smoothed gap "
+                        "beyond the runs' own noise) or both (either; default)")
+    p.add_argument("--noise-floor", type=fraction, default=LOSS_NOISE_FLOOR, metavar="F",
+                   help=f"the least noise band of the smoothed gap (default: {LOSS_NOISE_FLOOR:g})")
     p.add_argument("--plot", metavar="DIR", help="write compare_loss_curves.png and loss_gap_curves.png into DIR")
     add_json(p, "the numbers")
     add_force(p)
@@ -44,7 +64,7 @@ def _compare_loss(args: argparse.Namespace) -> int:
     from ..analysis.logs import compare, read
     from ..analysis.report import plots
     from ..formats.atomic import refuse_existing
-    from .verdict_text import json_text, loss_lines, print_lines
+    from .verdict_text import failed_rules, json_text, loss_lines, print_lines
 
     written: tuple = ()
     if args.plot:
@@ -52,14 +72,15 @@ def _compare_loss(args: argparse.Namespace) -> int:
     prefer = "text" if args.align == "index" else "jsonl"
     how = log_reading(args, 2)
     base, target = (read.read_log(path, prefer, **h) for path, h in zip((args.base, args.target), how))
-    result = compare.compare_loss(base, target, args.threshold, args.align)
+    references = tuple(read.read_log(path, prefer, **how[0]) for path in args.noise_from)
+    result = compare.compare_loss(base, target, args.threshold, args.align, references, args.noise_floor)
     if args.plot:
         written = plots.plot_loss_comparison(result, args.plot)
     if args.json:
         print(json_text(dict(result.as_dict(), plots=list(written), read=[base.as_dict(), target.as_dict()])))
     else:
-        print_lines(loss_lines(result, written, (base, target)))
-    return 0 if result.aligned else 1
+        print_lines(loss_lines(result, written, (base, target), args.rule))
+    return 1 if failed_rules(result, args.rule) else 0
 
 
 def _perf(args: argparse.Namespace) -> int:

@@ -46,9 +46,20 @@ _UNITS = {"step": "one loss per optimizer step", "log line": "one loss per log l
           "log window": "one loss per log window (the per-step losses of the other run averaged over it)"}
 
 
-def loss_lines(result: LossComparison, plots: tuple = (), logs: tuple = ()) -> list:
+def failed_rules(result: LossComparison, rule: str = "both") -> list:
+    """The rules of ``rule`` (``seed``, ``noise`` or ``both``) the comparison fails."""
+    failed = []
+    if rule in ("seed", "both") and not result.aligned:
+        failed.append("seed")
+    if rule in ("noise", "both") and result.beyond_noise:
+        failed.append("noise")
+    return failed
+
+
+def loss_lines(result: LossComparison, plots: tuple = (), logs: tuple = (), rule: str = "both") -> list:
     """The compare-loss verdict: what was read (``logs``: the base and target LossLog), how steps were paired,
-    the gap numbers, ALIGNED or NOT ALIGNED, the plots written."""
+    the gap numbers, each rule's verdict in one line (the seed's 5% rule, the noise rule), the command's verdict
+    by ``rule``, the plots written."""
     how = "by optimizer step" if result.align == "step" else "line by line (the seed script's method)"
     lines = [
         f"compare-loss: base {result.base}",
@@ -69,9 +80,17 @@ def loss_lines(result: LossComparison, plots: tuple = (), logs: tuple = ()) -> l
         f"{_g(result.final_gap)} ({_pct(result.final_rel_gap)}) at step {result.final_step}",
     ]
     lines += grad_norm_lines(result)
-    verdict = "ALIGNED" if result.aligned else "NOT ALIGNED"
-    lines.append(f"  verdict             {verdict} (aligned when the mean relative gap < {result.threshold:.2%}"
-                 " and the target has no inf/NaN loss)")
+    lines.append(f"  seed rule           {'ALIGNED' if result.aligned else 'NOT ALIGNED'}: the mean relative gap "
+                 f"{_pct(result.mean_rel_gap)} is {'under' if result.mean_rel_gap < result.threshold else 'over'} "
+                 f"{result.threshold:.2%}" + ("" if not result.target_nonfinite else ", and the target has inf/NaN "
+                                              "losses"))
+    if result.noise is not None:
+        lines.append(f"  noise rule          {'NOT ALIGNED' if result.beyond_noise else 'ALIGNED'}: "
+                     f"{result.noise.line()}")
+    failed = failed_rules(result, rule)
+    which = {"seed": "the seed rule", "noise": "the noise rule", "both": "the seed and the noise rules"}[rule]
+    lines.append(f"  verdict             {'NOT ALIGNED' if failed else 'ALIGNED'} (by {which}"
+                 + (f"; failed: {', '.join(failed)}" if failed else "") + ")")
     if plots:
         lines.append(f"  plots               {', '.join(plots)}")
     lines += [f"  note: {note}" for note in result.notes]

@@ -34,9 +34,10 @@ from typing import Optional
 import numpy as np
 
 from ...errors import InputError
-from ..defaults import LOSS_GAP
+from ..defaults import LOSS_GAP, LOSS_NOISE_FLOOR
 from .grad_norm import GradNormGap, compare_grad_norm
 from .model import LossLog
+from .noise import LossNoise, loss_noise, signed_gaps
 
 
 @dataclass(frozen=True, eq=False)
@@ -69,6 +70,12 @@ class LossComparison:
     pairing: str = ""  # how the two logs' step numbers were put side by side
     first_parting_step: Optional[int] = None  # the first compared step whose relative gap exceeds the threshold
     grad: Optional[GradNormGap] = None  # the gradient norms compared, when both logs have them
+    noise: Optional[LossNoise] = None  # whether the gap is beyond the pair's own noise (.noise)
+
+    @property
+    def beyond_noise(self) -> bool:
+        """Whether the smoothed gap is beyond the pair's own noise (:mod:`.noise`)."""
+        return self.noise is not None and self.noise.beyond
 
     @property
     def grad_parts_first(self) -> bool:
@@ -85,15 +92,18 @@ class LossComparison:
     def as_dict(self) -> dict:
         """The numbers, JSON-ready (no arrays)."""
         out = {k: getattr(self, k) for k in self.__dataclass_fields__
-               if k not in ("steps", "base_loss", "target_loss", "grad")}
+               if k not in ("steps", "base_loss", "target_loss", "grad", "noise")}
         out["grad_norm"] = self.grad.as_dict() if self.grad is not None else None
+        out["beyond_noise"] = self.beyond_noise
+        out["noise"] = self.noise.as_dict() if self.noise is not None else None
         out["grad_parts_first"] = self.grad_parts_first
         out["notes"] = list(self.notes)
         out["aligned"] = self.aligned
         return out
 
 
-def compare_loss(base: LossLog, target: LossLog, threshold: float = LOSS_GAP, align: str = "step") -> LossComparison:
+def compare_loss(base: LossLog, target: LossLog, threshold: float = LOSS_GAP, align: str = "step",
+                 noise_from: tuple = (), noise_floor: float = LOSS_NOISE_FLOOR) -> LossComparison:
     """Compare the loss curves of two runs.
 
     Parameters:
@@ -101,11 +111,16 @@ def compare_loss(base: LossLog, target: LossLog, threshold: float = LOSS_GAP, al
         target: the run being checked (NPU).
         threshold: the mean relative gap below which the runs are aligned (0.05 = 5%).
         align: ``"step"`` (pair by step number) or ``"index"`` (the seed's i-th against i-th line).
+        noise_from: more reference runs (LossLog), the reference's script with other seeds: their gap against the
+            base is noise (:mod:`.noise`).
+        noise_floor: the least noise band, a fraction.
     """
     if align not in ("step", "index"):
         raise InputError(f"align must be 'step' or 'index', got {align!r}")
     if not threshold > 0:
         raise InputError(f"the threshold must be a positive fraction such as 0.05, got {threshold!r}")
+    if not noise_floor >= 0:
+        raise InputError(f"the noise floor must be a fraction such as 0.01, got {noise_floor!r}")
     notes = base.notes() + target.notes()
     pairing = _pairing(base, target) if align == "step" else "the i-th line of each log"
     if align == "index":
@@ -157,7 +172,15 @@ def compare_loss(base: LossLog, target: LossLog, threshold: float = LOSS_GAP, al
         mean_abs_gap=stats[0], mean_rel_gap=stats[1], max_rel_gap=stats[2], max_rel_gap_step=stats[3],
         final_step=last[0], final_base=last[1], final_target=last[2], final_gap=last[3], final_rel_gap=last[4],
         notes=tuple(notes), pairing=pairing, first_parting_step=first_parting, grad=grad,
+        noise=loss_noise(signed_gaps(a, b), tuple(_reference_gap(base, ref, align) for ref in noise_from),
+                         noise_floor),
     )
+
+
+def _reference_gap(base: LossLog, reference: LossLog, align: str) -> float:
+    """The smoothed gap of another reference run against the base, paired as the target is."""
+    paired = compare_loss(base, reference, align=align)
+    return float(np.mean(signed_gaps(paired.base_loss, paired.target_loss)))
 
 
 def _origin(base: LossLog, target: LossLog) -> int:
