@@ -75,3 +75,14 @@ def test_a_subscriber_that_stops_recording_passes_calls_to_the_next():
         second.recording = False
         torch.relu(torch.ones(2))
     assert [name for name, _, _ in log] == ["first"]
+
+
+def test_the_demo_and_the_test_models_are_the_users_code_the_machinery_is_not():
+    import ascend_tune
+    from ascend_tune.demo import pair
+    from ascend_tune.recording.stacks import LIBRARY, USER, file_kind
+    from ascend_tune.runtime import monitor
+    from ascend_tune.testing import models
+
+    assert file_kind(pair.__file__) == USER and file_kind(models.__file__) == USER  # the demo's loop, its models
+    assert file_kind(monitor.__file__) == LIBRARY and file_kind(ascend_tune.__file__) == LIBRARY

@@ -39,6 +39,9 @@ TENSOR_DIR = "dump_tensor_data"
 WRITER = "writer"
 BUILTIN_WRITER = "ascend_tune"
 CALL_MODEL = 3
+# the package's own folders whose frames are the user's in a stack (the models under test, the demo's loop): the
+# recording layer keeps them in stack.json, the compare shows them
+OWN_USER_FOLDERS = ("testing", "demo")
 REPLAY_CSV = "replay.csv"
 REPLAY_JSON = "replay.json"
 REPLAY_COLUMNS = ("index", "name", "dtype", "shape", "verdict", "max_abs_err", "max_rel_err", "err_ratio", "norm_err",

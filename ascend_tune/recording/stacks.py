@@ -15,13 +15,13 @@ from typing import Optional
 
 import torch
 
-from ..formats.dump_layout import format_frame
+from ..formats.dump_layout import OWN_USER_FOLDERS, format_frame
 
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 _DATA_DIR = os.path.join(_TORCH_DIR, "utils", "data") + os.sep
 _OPTIMIZER_FILE = os.path.join(_TORCH_DIR, "optim", "optimizer.py")
 _OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-_OWN_USER = (os.path.join(_OWN_DIR, "testing") + os.sep, os.path.join(_OWN_DIR, "demo.py"))
+_OWN_USER = tuple(os.path.join(_OWN_DIR, folder) + os.sep for folder in OWN_USER_FOLDERS)
 
 USER, LIBRARY, DATA = "user", "library", "data"
 _kinds: dict = {}

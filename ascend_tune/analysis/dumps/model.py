@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Optional
 
 from ...errors import InputError
-from ...formats.dump_layout import BUILTIN_WRITER, DUMP_JSON, FRAME
+from ...formats.dump_layout import BUILTIN_WRITER, DUMP_JSON, FRAME, OWN_USER_FOLDERS
 
 _NAN = float("nan")
 _LIBRARY_PARTS = ("site-packages", "dist-packages", "/torch/", "/msprobe/", "/ptdbg_ascend/", "/ascend_tune/")
-_USER_PARTS = ("/ascend_tune/testing/", "/ascend_tune/demo.py")  # the models under test count as the user's code
+_USER_PARTS = tuple(f"/ascend_tune/{folder}/" for folder in OWN_USER_FOLDERS)  # the models under test: the user's
 
 
 class Stats(NamedTuple):
