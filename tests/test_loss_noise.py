@@ -128,3 +128,17 @@ def test_the_band_maths_on_known_series():
     walk = np.cumsum(rng.normal(0, 0.003, 400))  # a drifting gap that changes sign: correlated steps
     drift = loss_noise(walk - walk.mean())
     assert not drift.beyond and drift.lag1 > 0.9
+
+
+def test_the_page_reads_the_noise_rule_beside_the_5_percent_rule(runs):
+    from ascend_tune.analysis.report import next_steps
+    from ascend_tune.analysis.report.alignment import verdict_lines
+    from ascend_tune.analysis.report.build import build_report
+
+    report = build_report(runs["lr"], baseline=runs["base"], advise=False)
+    loss = verdict_lines(report.comparison, report.alignment)[0]
+    assert loss.startswith("loss: NOT aligned, mean relative gap 2.") and "beyond the runs' own noise" in loss
+    assert "compare the two runs' settings" in next_steps.verdict(report)
+    same = build_report(runs["rerun"], baseline=runs["base"], advise=False)
+    assert verdict_lines(same.comparison, same.alignment)[0].startswith("loss: aligned")
+    assert "within the runs' own noise" in verdict_lines(same.comparison, same.alignment)[0]

@@ -73,6 +73,11 @@ class LossComparison:
     noise: Optional[LossNoise] = None  # whether the gap is beyond the pair's own noise (.noise)
 
     @property
+    def agrees(self) -> bool:
+        """Aligned by both rules: the seed's 5% rule, and the gap within the pair's own noise."""
+        return self.aligned and not self.beyond_noise
+
+    @property
     def beyond_noise(self) -> bool:
         """Whether the smoothed gap is beyond the pair's own noise (:mod:`.noise`)."""
         return self.noise is not None and self.noise.beyond

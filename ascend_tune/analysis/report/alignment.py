@@ -108,16 +108,26 @@ def frame_text(frame: str) -> str:
     return f"{os.path.basename(parsed.file)}:{parsed.line} ({parsed.code})"
 
 
+def noise_clause(comparison: LossComparison) -> str:
+    """``; beyond / within the runs' own noise (...)``: the noise rule beside the 5% rule, or "" without it."""
+    n = comparison.noise
+    if n is None or not n.steps:
+        return ""
+    return (f"; {'beyond' if n.beyond else 'within'} the runs' own noise (smoothed gap {n.smoothed_gap:+.2%}, "
+            f"band ±{n.band:.2%}, {n.sureness()})")
+
+
 def verdict_lines(comparison: Optional[LossComparison], alignment: Optional[Alignment]) -> tuple:
     """Loss gap vs the threshold, first diverging op, speed ratio: one line each."""
     if comparison is None:
         loss = "loss: no reference to compare with"
     else:
-        verdict = "aligned" if comparison.aligned else "NOT aligned"
+        verdict = "aligned" if comparison.agrees else "NOT aligned"
         loss = (f"loss: {verdict}, mean relative gap {comparison.mean_rel_gap:.2%} "
                 f"(threshold {comparison.threshold:.0%})")
         if comparison.max_rel_gap_step is not None:
             loss += f", largest {comparison.max_rel_gap:.2%} at step {comparison.max_rel_gap_step}"
+        loss += noise_clause(comparison)
     dumps = alignment.dumps if alignment is not None else None
     if dumps is None:
         first = "first divergence: no precision dumps (dump one step in both runs to find it)"

@@ -27,6 +27,9 @@ def _dumps_compared(report: RunReport) -> bool:
 def verdict(report: RunReport) -> str:
     c, a = report.comparison, report.alignment
     first = first_divergence(report)
+    if c is not None and c.aligned and c.beyond_noise:
+        return ("the loss gap is under 5% but persists beyond the runs' own noise: compare the two runs' settings "
+                "(learning rate, schedule, weight decay, seeds) before any op")
     if c is not None and not c.aligned:
         if first is not None:
             return f"the loss is off: start at {first.op}, the first op the dumps disagree on"
@@ -47,8 +50,10 @@ def run(report: RunReport) -> str:
 
 
 def loss(report: RunReport) -> str:
-    if report.comparison.aligned:
+    if report.comparison.agrees:
         return "the loss curves agree; go on to speed"
+    if report.comparison.aligned:
+        return "the gap persists beyond the runs' own noise: compare the runs' settings, then dump one step in both"
     if _dumps_compared(report):
         return "find where the runs part: read the first divergence of the step both runs dumped, below"
     return f"find where the runs part: dump one step in both runs ({DUMP_BOTH}) and read the first divergence"

@@ -215,11 +215,13 @@ def _throughput_rows(rates: RunThroughput, summary: dict) -> list:
 
 
 def _comparison_rows(c: LossComparison) -> list:
-    verdict = "aligned" if c.aligned else "NOT aligned"
+    verdict = "aligned" if c.agrees else "NOT aligned"
     rows = [
         f"{verdict}: mean relative gap {c.mean_rel_gap:.2%} (threshold {c.threshold:.0%}), "
         f"mean absolute gap {c.mean_abs_gap:.4g}, over {c.compared} {c.unit}s",
     ]
+    if c.noise is not None and c.noise.steps:
+        rows.append(f"noise rule: {c.noise.line()}")
     if c.max_rel_gap_step is not None:
         rows.append(f"largest relative gap {c.max_rel_gap:.2%} at {{step:{c.max_rel_gap_step}}}")
     if c.final_step is not None:
