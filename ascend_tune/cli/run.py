@@ -16,6 +16,7 @@ import shutil
 import sys
 
 from ..errors import InputError
+from ..formats.run_dir import ENV_TENSORBOARD
 from .args import add_command, int_at_least
 
 DESCRIPTION = (
@@ -39,7 +40,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         for flag, text in config.RUN_FLAGS.items():
             run.add_argument(f"--{flag}", nargs="?", const="1", metavar="SPEC", help=f"{text} ({config.ENV})")
     run.add_argument("--tensorboard", action="store_true", help="also write TensorBoard scalars "
-                     "(ASCEND_TUNE_TENSORBOARD)")
+                     f"({ENV_TENSORBOARD})")
     run.add_argument("--seed", type=int_at_least(0), default=None, metavar="N",
                      help="seed python, numpy and torch before the first step")
     run.add_argument("--quiet", action="store_true", help="no log lines echoed on stderr")

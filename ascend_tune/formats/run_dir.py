@@ -35,6 +35,7 @@ REPORT_HTML = "report.html"
 PROFILE_DIR = "profile"
 DUMP_DIR = "dump"
 TENSORBOARD_DIR = "tensorboard"
+ENV_TENSORBOARD = "ASCEND_TUNE_TENSORBOARD"  # tensorboard= when not given: the sink reads it, the launcher sets it
 ANOMALIES_JSONL = "anomalies.jsonl"
 HEALTH_DIR = "health"
 MODULES_JSONL = "modules.jsonl"

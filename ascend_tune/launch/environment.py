@@ -16,7 +16,6 @@ from ..errors import ConfigError
 
 ENV_RUN = "ASCEND_TUNE_RUN"  # JSON of RunOptions; its presence is what makes a process monitored
 ENV_HOME = "ASCEND_TUNE_RUN_HOME"  # the folder holding the launcher's ascend_tune package
-ENV_TENSORBOARD = "ASCEND_TUNE_TENSORBOARD"  # the monitor's own tensorboard= (runtime/sinks.py reads it)
 PREFIX = "ascend-tune run: "  # every message of the launcher's own on stderr
 
 

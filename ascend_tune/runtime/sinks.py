@@ -251,7 +251,7 @@ def tensorboard_wanted(option: Optional[bool]) -> bool:
     """``tensorboard=True`` (or, when not given, ``ASCEND_TUNE_TENSORBOARD=1``): refused at the start when the
     package is missing, warned and left off when only the environment asked for it."""
     from_env = option is None
-    wanted = env_switch("ASCEND_TUNE_TENSORBOARD") if from_env else option
+    wanted = env_switch(names.ENV_TENSORBOARD) if from_env else option
     if not wanted:
         return False
     why_not = tensorboard_available()
@@ -259,7 +259,7 @@ def tensorboard_wanted(option: Optional[bool]) -> bool:
         return True
     if not from_env:
         raise ConfigError(f"tensorboard=True needs {why_not}; pip install 'ascend-tune[tensorboard]'")
-    logger.warning("ascend_tune: ASCEND_TUNE_TENSORBOARD is set but %s; no TensorBoard scalars", why_not)
+    logger.warning("ascend_tune: %s is set but %s; no TensorBoard scalars", names.ENV_TENSORBOARD, why_not)
     return False
 
 
