@@ -128,6 +128,8 @@ def test_the_band_maths_on_known_series():
     walk = np.cumsum(rng.normal(0, 0.003, 400))  # a drifting gap that changes sign: correlated steps
     drift = loss_noise(walk - walk.mean())
     assert not drift.beyond and drift.lag1 > 0.9
+    empty = loss_noise(np.zeros(0), reference_gaps=(float("nan"),))  # no usable step, nor in the reference
+    assert not empty.beyond and empty.sureness().startswith("unsure") and empty.reference_gaps == ()
 
 
 def test_the_page_reads_the_noise_rule_beside_the_5_percent_rule(runs):

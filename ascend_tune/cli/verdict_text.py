@@ -84,7 +84,7 @@ def loss_lines(result: LossComparison, plots: tuple = (), logs: tuple = (), rule
                  f"{_pct(result.mean_rel_gap)} is {'under' if result.mean_rel_gap < result.threshold else 'over'} "
                  f"{result.threshold:.2%}" + ("" if not result.target_nonfinite else ", and the target has inf/NaN "
                                               "losses"))
-    if result.noise is not None:
+    if result.noise is not None and result.noise.steps:
         lines.append(f"  noise rule          {'NOT ALIGNED' if result.beyond_noise else 'ALIGNED'}: "
                      f"{result.noise.line()}")
     failed = failed_rules(result, rule)

@@ -104,6 +104,7 @@ def loss_noise(gaps: np.ndarray, reference_gaps: tuple = (), floor: float = LOSS
         reference_gaps: the smoothed gap of each reference run (another seed) against the base.
         floor: the least band (a fraction).
     """
+    reference_gaps = tuple(r for r in reference_gaps if math.isfinite(r))  # one with no usable step says nothing
     n = int(gaps.size)
     g = float(gaps.mean()) if n else math.nan
     w = min(WINDOW, max(1, n // 8))
