@@ -1,9 +1,9 @@
-"""Loss-curve compare of two 1 M-line logs: ascend_tune's compare-loss against the seed's per-line regex script.
+"""Loss-curve compare of two 1 M-line logs: ascend_tune's compare-loss against the guide's per-line regex script.
 
 Both read the same two seed-format log.txt files (no metrics.jsonl beside them) and compute the mean absolute and
 mean relative gap line by line; the numbers must agree. Timings are interleaved over repeats, median reported; CPU
 seconds are printed beside wall seconds, since they move less when other work shares the machine.
-Goal: ours >= 10x faster than the seed script.
+Goal: ours >= 10x faster than the guide's script.
 Usage: python benchmarks/log_compare.py [--lines 1000000] [--repeats 3]
 """
 
@@ -38,7 +38,7 @@ def write_log(path: str, lines: int, seed: int) -> None:
 
 
 def seed_script(base: str, target: str) -> tuple:
-    """The seed's offline compare, as it was written: a regex per line, then numpy over the floats."""
+    """The guide's offline compare, as it was written: a regex per line, then numpy over the floats."""
     pattern = r"\(step=(\d+)\) Train Loss: ([\d\.]+), Train Steps/Sec: ([\d\.]+)"
 
     def read(path):

@@ -1,4 +1,4 @@
-"""Overhead of TrainingMonitor per step, end to end: monitored minus bare, beside the seed's own snippet.
+"""Overhead of TrainingMonitor per step, end to end: monitored minus bare, beside the guide's own snippet.
 
 The workload is a ``Linear(4, 2)`` step (batch 2 from a ``DataLoader``, cross-entropy, SGD, one thread), so what
 the monitor adds is most of what changes. Each mode runs the same 2000-step loop; the modes of one repeat run
@@ -9,7 +9,7 @@ over the repeats:
 
 - the monitor at ``log_every=1``, ``10`` and ``100`` (``quiet=True``, ``tune=False``: the fused-optimizer swap is a
   speed-up of its own, measured in optimizer_swap.py);
-- the seed's snippet the monitor replaces: ``loss.item()`` and a ``logging`` line to a file every step.
+- the guide's snippet the monitor replaces: ``loss.item()`` and a ``logging`` line to a file every step.
 
 Goals: <= 15 us a step at ``log_every=1`` and <= 8 us at ``log_every=10``.
 ``--cnn`` adds whole runs on a ~5 ms CNN step (monitored against bare, the same interleaving). ``--hooks`` adds the
@@ -100,7 +100,7 @@ def run_monitored(log_every: int):
 
 
 def run_seed_snippet(setup, out: str) -> float:
-    """The seed's snippet: ``loss.item()`` and a ``logging`` line to a file every step."""
+    """The guide's snippet: ``loss.item()`` and a ``logging`` line to a file every step."""
     log = logging.getLogger("seed_style")
     log.propagate = False
     handler = logging.FileHandler(os.path.join(out, "seed.log"))

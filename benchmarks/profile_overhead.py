@@ -3,7 +3,7 @@
 Modes, interleaved over repeats so machine noise hits them alike:
 - bare loop;
 - profiling off: the loop inside ``step_profiler(None)`` (the null context) calling ``prof.step()`` every step,
-  what the seed's ``get_profiler_context`` turned into;
+  what the guide's ``get_profiler_context`` turned into;
 - a typical on-config in a hand-written loop: ``step_profiler(True)`` (skip 10, wait 1, warm-up 1, 2 traced steps,
   record_shapes, gzip), trace export included;
 - the monitor with ``profile=False`` and with ``profile=True``: the monitor's own cost is in monitor_overhead.py;

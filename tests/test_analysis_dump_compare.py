@@ -139,21 +139,24 @@ def test_a_layer_scaled_by_1_01_is_named_as_the_first_divergence(dumps, capsys, 
     assert not rows["Torch.relu.1.forward.output.0"].agree  # later ops differ too, but are not named
 
 
-def test_a_layer_computed_in_bfloat16_is_named_at_its_first_op(dumps, capsys):
+def test_a_layer_computed_in_bfloat16_is_a_precision_difference_not_a_divergence(dumps, capsys):
+    # fc2 cast to bfloat16 by the model (x.to(compute)): every later tensor differs by bfloat16's rounding, the
+    # values agree within it, and msprobe's dtype errors are counted but judged by value
     code, out, _ = run_cli(capsys, "compare-dump", step_dir(dumps, "statistics", 0),
                            step_dir(dumps, "statistics", 3))
-    assert code == 1
-    first = compared(dumps, "statistics", 3).first
-    assert first.op == "Functional.linear.1.forward" and first.parent == "Module.fc2.Layer.forward.0"
-    assert "bfloat16" in first.reason
-    assert "Tensor.to.3.forward" in first.unrecorded  # the cast msprobe saw but did not dump
+    result = compared(dumps, "statistics", 3)
+    assert code == 0 and result.first is None and "verdict: PASS" in out, out
+    assert result.count("error") == result.errors_judged > 0
+    rows = {f"{result.pairs[r.pair].name}.{r.slot}": r for r in result.rows}
+    cast = rows["Functional.linear.1.forward.output.0"]
+    assert cast.agree and "bfloat16" in cast.target.dtype and "within bfloat16's precision" in cast.note
 
 
 @pytest.mark.parametrize("task, step", [("statistics", 2), ("statistics", 3), ("tensor", 2)])
 def test_the_csv_has_msprobes_columns_and_msprobes_verdict_on_every_row(dumps, tmp_path, capsys, task, step):
     out = tmp_path / "out"
     code, _, _ = run_cli(capsys, "compare-dump", step_dir(dumps, task, 0), step_dir(dumps, task, step), "-o", out)
-    assert code == 1
+    assert code == (0 if step == 3 else 1)  # 3: a bfloat16 layer, within its precision (msprobe's errors kept)
     with open(glob.glob(str(dumps / f"msprobe_{task}_{step}" / "*.csv"))[0], newline="") as fh:
         theirs = list(csv.DictReader(fh))
     with open(out / "compare_result.csv", newline="") as fh:
@@ -161,7 +164,10 @@ def test_the_csv_has_msprobes_columns_and_msprobes_verdict_on_every_row(dumps, t
         assert reader.fieldnames == list(theirs[0].keys()) == columns(task)
         ours = list(reader)
     assert [r["NPU Name"] for r in ours] == [r["NPU Name"] for r in theirs]
-    assert [(r["Result"], r["Err_message"]) for r in ours] == [(r["Result"], r["Err_message"]) for r in theirs]
+    def verdict(row: dict) -> tuple:  # msprobe's result and messages; our notes ("note: ...") aside
+        return row["Result"], [m for m in json.loads(row["Err_message"] or "[]") if not m.startswith("note: ")]
+
+    assert [verdict(r) for r in ours] == [verdict(r) for r in theirs]
     numeric = ("Cosine", "MaxAbsErr", "EucDist") if task == "tensor" else ("Max diff", "NPU max", "Bench l2norm")
     for mine, msprobe in zip(ours, theirs):
         for column in numeric:
@@ -171,7 +177,10 @@ def test_the_csv_has_msprobes_columns_and_msprobes_verdict_on_every_row(dumps, t
                 continue
             assert float(mine[column]) == pytest.approx(expected, rel=1e-6, abs=1e-9), (mine["NPU Name"], column)
     summary = json.loads((out / "compare_summary.json").read_text())
-    assert summary["first_divergence"]["op"] in ("Tensor.__mul__.1.forward", "Functional.linear.1.forward")
+    if step == 3:
+        assert summary["first_divergence"] is None and summary["errors_judged_by_value"] == summary["error"]
+    else:
+        assert summary["first_divergence"]["op"] == "Tensor.__mul__.1.forward"
 
 
 def test_outputs_are_never_overwritten_silently(dumps, tmp_path, capsys):

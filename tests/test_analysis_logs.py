@@ -1,4 +1,4 @@
-"""Reading training logs: the seed's log.txt (tolerantly and fast) and metrics.jsonl (events skipped)."""
+"""Reading training logs: the guide's log.txt (tolerantly and fast) and metrics.jsonl (events skipped)."""
 
 from __future__ import annotations
 

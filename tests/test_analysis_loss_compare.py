@@ -1,4 +1,4 @@
-"""compare-loss on runs logged by TrainingMonitor: gap numbers, the seed's method, verdicts, plots."""
+"""compare-loss on runs logged by TrainingMonitor: gap numbers, the guide's method, verdicts, plots."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def runs(tmp_path_factory):
 
 
 def seed_script(base_log: str, target_log: str) -> tuple:
-    """The seed's offline loss-curve script, as it computed its numbers."""
+    """The guide's offline loss-curve script, as it computed its numbers."""
     pattern = r"\(step=(\d+)\) Train Loss: ([\d\.]+), Train Steps/Sec: ([\d\.]+)"
 
     def read(path):
@@ -93,7 +93,7 @@ def test_index_alignment_reproduces_the_seed_scripts_numbers(runs, capsys):
     numbers = json.loads(capsys.readouterr().out)
     assert numbers["mean_abs_gap"] == pytest.approx(seed_abs, rel=1e-12)
     assert numbers["mean_rel_gap"] == pytest.approx(seed_rel, rel=1e-12)
-    assert numbers["align"] == "index" and numbers["base"] == base_log  # the seed's input, not metrics.jsonl
+    assert numbers["align"] == "index" and numbers["base"] == base_log  # the guide's input, not metrics.jsonl
 
 
 def test_step_alignment_reads_full_precision_and_pairs_by_step(runs):

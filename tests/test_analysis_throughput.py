@@ -179,5 +179,5 @@ def test_rate_statistics_maths():
     assert stats.p10 == pytest.approx(np.percentile([0, 2, 4], 10))
     assert RateStats.of([None, float("nan")]) is None
     assert WarmUp(100, 7).steady([100, 105, 110]).tolist() == [False, False, True]
-    assert window_first_steps([100, 200, 300]).tolist() == [1, 101, 201]  # the seed's 1-based steps
+    assert window_first_steps([100, 200, 300]).tolist() == [1, 101, 201]  # the guide's 1-based steps
     assert window_first_steps([9, 19, 4], recorded=[5, np.nan, np.nan]).tolist() == [5, 10, 4]  # a restart

@@ -40,15 +40,18 @@ def test_demo_trains_a_reference_and_a_target_and_writes_their_alignment_page(tm
     for section in ("Verdict", "Loss against the baseline", "Throughput", "Where the time goes", "First divergence",
                     "Profiler traces and advice", "Tuning", "Replay on the CPU in float64"):
         assert f"<h2>{section}" in page
-    # the bfloat16 target parts from the float32 reference at the model's first convolution
-    assert "first diverging op: Functional.conv2d.0.forward" in page
+    # the bfloat16 target is a correct port: no op diverges, and the page says it judged it by bfloat16's rounding
+    assert "first diverging op" not in page
+    assert "no op diverges: this run computes in bfloat16 where the reference has float32" in page
     assert (tmp_path / "alignment_dump_compare.csv").exists()
     # it ends with where the page is and the three-line verdict
     tail = out.strip().splitlines()[-4:]
     assert tail[0] == f"alignment page: {tmp_path / 'alignment.html'}"
     assert tail[1].strip().startswith("loss: ") and "threshold 5%" in tail[1]
-    assert tail[2].strip().startswith("first divergence at step 0: Functional.conv2d.0.forward")
-    assert tail[3].strip().startswith("speed: ") and "x the reference" in tail[3]
+    assert tail[2].strip().startswith("first divergence: none at step 0; aligned")
+    assert "TARGET computes in bfloat16 where BASE has float32" in tail[2]
+    assert tail[3].strip().startswith("speed: ") and " the reference, " in tail[3]
+    assert "(no interval: under 3 steady log lines in a run)" in tail[3]  # 12 steps, 10 of them warm-up
 
 
 def test_bad_arguments_give_one_line_and_exit_2():

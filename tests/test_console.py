@@ -44,7 +44,7 @@ def test_lines_reach_stderr_once_unless_quiet(setup, tmp_path, capsys, app_loggi
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if "Train Loss:" in line]
     assert len(lines) == (0 if quiet else len(loader))
-    assert all(line.startswith("[") and "(step=" in line for line in lines)  # the seed's line, as in log.txt
+    assert all(line.startswith("[") and "(step=" in line for line in lines)  # the guide's line, as in log.txt
     assert len(read_log(tmp_path)) == len(loader)  # the log file is unaffected
 
 

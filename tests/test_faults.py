@@ -20,7 +20,7 @@ import pytest
 from conftest import read_jsonl, read_log
 
 from ascend_tune.analysis.logs.read import read_log as read_loss_log
-from ascend_tune.analysis.traces.load import load_trace_file
+from ascend_tune.analysis.traces.files import load_trace_file
 from ascend_tune.cli import main
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "fault_train.py")

@@ -1,5 +1,5 @@
 """compare-loss tells a changed setting from another seed: the gap's persistence against the pair's own noise
-(``beyond_noise``), beside the seed's unchanged 5% rule.
+(``beyond_noise``), beside the guide's unchanged 5% rule.
 
 Real runs under TrainingMonitor, 200 steps of an MLP on a 64-class synthetic task whose loss falls from 4.2 to 2.0
 (a per-step scatter of a few percent, as a language model's): the reference; the same script with another seed and
@@ -82,7 +82,7 @@ def seeds_gap(base: str, target: str) -> float:
 
 def test_another_seed_and_data_order_is_within_the_noise(runs, capsys):
     code, out = compare_json(capsys, runs["base"], runs["rerun"])
-    assert 0.01 < out["mean_rel_gap"] < 0.05 and out["aligned"]  # the seed's rule passes, as it should
+    assert 0.01 < out["mean_rel_gap"] < 0.05 and out["aligned"]  # the guide's rule passes, as it should
     assert out["mean_rel_gap"] == pytest.approx(seeds_gap(runs["base"], runs["rerun"]), rel=1e-12)
     assert out["beyond_noise"] is False and code == 0
     assert abs(out["noise"]["smoothed_gap"]) < out["noise"]["band"]
@@ -90,15 +90,15 @@ def test_another_seed_and_data_order_is_within_the_noise(runs, capsys):
 
 def test_a_changed_learning_rate_the_5_percent_rule_passes_is_beyond_the_noise(runs, capsys):
     code, out = compare_json(capsys, runs["base"], runs["lr"])
-    assert out["aligned"] and out["mean_rel_gap"] < 0.05  # the seed's rule cannot see it
+    assert out["aligned"] and out["mean_rel_gap"] < 0.05  # the guide's rule cannot see it
     noise = out["noise"]
     assert out["beyond_noise"] is True and code == 1
     assert noise["smoothed_gap"] > 0 and noise["same_sign"] == noise["windows"] == 8 and noise["z"] > 3
     assert main(["compare-loss", runs["base"], runs["lr"], "--rule", "seed"]) == 0
     text = capsys.readouterr().out
-    assert "seed rule           ALIGNED" in text and "noise rule          NOT ALIGNED: beyond" in text
+    assert "5% rule             ALIGNED" in text and "noise rule          NOT ALIGNED: beyond" in text
     assert main(["compare-loss", runs["base"], runs["lr"], "--rule", "noise"]) == 1
-    assert "verdict             NOT ALIGNED (by the noise rule; failed: noise)" in capsys.readouterr().out
+    assert "verdict             NOT ALIGNED (by the noise rule; failed: the noise rule)" in capsys.readouterr().out
 
 
 def test_a_correct_bf16_target_is_within_the_noise(runs, capsys):

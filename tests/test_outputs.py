@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from ascend_tune.contract.outputs import LineFile, Outputs
 from ascend_tune.errors import OutputError
-from ascend_tune.formats.atomic import make_below, write_atomic
+from ascend_tune.formats.writing import make_below, write_atomic
 from ascend_tune.runtime import sinks, step_clock
 from ascend_tune.runtime.steps import ClosedStep
 

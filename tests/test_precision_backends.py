@@ -1,4 +1,4 @@
-"""Which backend runs, and how the ptdbg_ascend backend drives the seed's debugger (a faithful fake here)."""
+"""Which backend runs, and how the ptdbg_ascend backend drives the guide's debugger (a faithful fake here)."""
 
 from __future__ import annotations
 

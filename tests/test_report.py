@@ -77,7 +77,7 @@ def test_report_with_a_baseline_shows_the_gap_and_links_the_worst_step(tmp_path)
     out = tmp_path / "out" / "page.html"
     assert main(["report", str(tmp_path / "target"), "--baseline", str(tmp_path / "base"), "-o", str(out)]) == 1
     page = parse(out)
-    assert len(page.images) == 3  # the seed's two plots, curves and gaps, and steps/sec of both runs
+    assert len(page.images) == 3  # the guide's two plots, curves and gaps, and steps/sec of both runs
     text = " ".join(page.text)
     assert "NOT aligned: mean relative gap" in text
     worst = [link for link in page.links if link.startswith("#step-")]

@@ -19,8 +19,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from ascend_tune import TrainingMonitor
-from ascend_tune.analysis.trace_compare.compare import UNATTRIBUTED, RunSide, compare_sides
-from ascend_tune.analysis.trace_compare.pair import compare_traces
+from ascend_tune.analysis.traces.compare import UNATTRIBUTED, RunSide, compare_sides
+from ascend_tune.analysis.traces.pair import compare_traces
 from ascend_tune.cli import main
 from ascend_tune.testing.models import (
     MobileNetV1,

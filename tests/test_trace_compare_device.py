@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from ascend_tune.analysis.trace_compare.compare import UNATTRIBUTED
-from ascend_tune.analysis.trace_compare.pair import compare_traces
+from ascend_tune.analysis.traces.compare import UNATTRIBUTED
+from ascend_tune.analysis.traces.pair import compare_traces
 
 
 def cuda_trace(gemm_us: float, steps: int = 5) -> dict:

@@ -10,9 +10,9 @@ import pytest
 
 from ascend_tune.analysis.advisor.analyse import advise_traces
 from ascend_tune.analysis.report.build import build_report
+from ascend_tune.analysis.traces.files import load_trace_file
 from ascend_tune.analysis.traces.find import find_traces
 from ascend_tune.analysis.traces.listing import scan_traces
-from ascend_tune.analysis.traces.load import load_trace_file
 from ascend_tune.errors import InputError
 from ascend_tune.formats.log_line import format_log_line
 from ascend_tune.formats.run_dir import LOG_TXT, PROFILE_DIR, rank_dir_name

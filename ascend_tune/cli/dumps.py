@@ -60,8 +60,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
 def _compare_dump(args: argparse.Namespace) -> int:
     """Compare two precision dumps and name the first diverging op."""
     from ..analysis.dumps import compare, table
-    from ..formats.atomic import make_folder, refuse_existing, write_atomic
-    from .verdict_text import dump_lines, print_lines
+    from ..analysis.dumps.render import dump_lines
+    from ..formats.writing import make_folder, refuse_existing, write_atomic
+    from .output import print_lines
 
     outputs = ()
     if args.out:
@@ -111,9 +112,9 @@ def _print_findings(args: argparse.Namespace, found: Any, outputs: tuple) -> int
     import sys
 
     from ..analysis.dumps.ranks import summary_bytes
-    from ..formats.atomic import make_folder, write_atomic
-    from .ranks_text import findings_lines, unreadable_lines
-    from .verdict_text import print_lines
+    from ..analysis.dumps.render import findings_lines, unreadable_lines
+    from ..formats.writing import make_folder, write_atomic
+    from .output import print_lines
 
     for line in unreadable_lines(found):
         print(line, file=sys.stderr)
@@ -134,7 +135,8 @@ def _print_findings(args: argparse.Namespace, found: Any, outputs: tuple) -> int
 
 def _parse(args: argparse.Namespace) -> int:
     """An op's stack and statistics in a dump."""
-    from .verdict_text import op_lines, print_lines
+    from ..analysis.dumps.render import op_lines
+    from .output import print_lines
 
     with _opened(args.dump, args) as dump:
         print_lines(op_lines(dump.label, dump.find(args.op)))
@@ -144,7 +146,8 @@ def _parse(args: argparse.Namespace) -> int:
 def _overflow(args: argparse.Namespace) -> int:
     """The first op with inf/NaN in a finished dump, with its stack."""
     from ..analysis.dumps import overflow, ranks
-    from .verdict_text import overflow_lines, print_lines
+    from ..analysis.dumps.render import overflow_lines
+    from .output import print_lines
 
     if _whole_run(args, args.dump):
         return _overflow_runs(args)
@@ -158,8 +161,9 @@ def _overflow(args: argparse.Namespace) -> int:
 
 def _replay(args: argparse.Namespace) -> int:
     """The calls a replayed step's device computed wrongly (task='replay')."""
+    from ..analysis.dumps.render import replay_json, replay_lines
     from ..analysis.dumps.replay import replay_verdict
-    from .verdict_text import json_text, replay_json, replay_lines
+    from .output import json_text
 
     verdict = replay_verdict(args.dump, args.step, args.rank)
     print(json_text(replay_json(verdict)) if args.json else "\n".join(replay_lines(verdict)))

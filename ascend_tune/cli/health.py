@@ -32,7 +32,7 @@ def _cmd_health(args: argparse.Namespace) -> int:
     Print the anomalies a run with health=True found and the module statistics of one step, the module whose
     gradient norm jumped most first.
     """
-    from .verdict_text import json_text
+    from .output import json_text
 
     report = read_health(args.run_dir, args.step)
     if args.json:

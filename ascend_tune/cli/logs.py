@@ -23,7 +23,7 @@ from .args import (
     log_reading,
 )
 
-RULES = ("seed", "noise", "both")  # compare-loss --rule: which verdicts fail the command
+RULES = ("seed", "noise", "both")  # compare-loss --rule; "seed" is the 5% rule the guide's script shipped with
 LOG_FORMS = ("a log.txt, metrics.jsonl, trainer_state.json, Lightning metrics.csv or TensorBoard event file, or a "
              "run folder holding one")
 
@@ -35,14 +35,14 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("target", help="run to check, same forms")
     add_threshold(p)
     p.add_argument("--align", choices=("step", "index"), default="step",
-                   help="pair losses by optimizer step (default) or line by line as the seed script did")
+                   help="pair losses by optimizer step (default) or line by line as the guide's script did")
     add_log_reading(p, "input (BASE, then TARGET)")
     p.add_argument("--noise-from", action="append", default=[], metavar="RUN",
                    help="another reference run, the reference's script with another seed (repeatable): its gap "
                         "against BASE is noise, not a fault")
     p.add_argument("--rule", choices=RULES, default="both",
-                   help="what fails (exit 1): seed (the mean relative gap over --threshold), noise (the smoothed gap "
-                        "beyond the runs' own noise) or both (either; default)")
+                   help="what fails (exit 1): seed (the guide's 5%% rule: the mean relative gap over --threshold), "
+                        "noise (the smoothed gap beyond the runs' own noise) or both (either; default)")
     p.add_argument("--noise-floor", type=fraction, default=LOSS_NOISE_FLOOR, metavar="F",
                    help=f"the least noise band of the smoothed gap (default: {LOSS_NOISE_FLOOR:g})")
     p.add_argument("--plot", metavar="DIR", help="write compare_loss_curves.png and loss_gap_curves.png into DIR")
@@ -62,9 +62,10 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
 def _compare_loss(args: argparse.Namespace) -> int:
     """Compare two runs' loss curves (gap numbers, verdict, plots)."""
     from ..analysis.logs import compare, read
+    from ..analysis.logs.render import failed_rules, loss_lines
     from ..analysis.report import plots
-    from ..formats.atomic import refuse_existing
-    from .verdict_text import failed_rules, json_text, loss_lines, print_lines
+    from ..formats.writing import refuse_existing
+    from .output import json_text, print_lines
 
     written: tuple = ()
     if args.plot:
@@ -87,9 +88,10 @@ def _perf(args: argparse.Namespace) -> int:
     """Steps/sec statistics of runs and their speed-up over the first."""
     from ..analysis.logs import detect, read, throughput
     from ..analysis.logs.ranks import rank_waits
+    from ..analysis.logs.render import rank_lines, read_line, throughput_lines, wait_lines
     from ..analysis.traces.ranks import slow_rank
-    from .ranks_text import slow_rank_lines, wait_lines
-    from .verdict_text import json_text, print_lines, rank_lines, read_line, throughput_lines
+    from ..analysis.traces.render import slow_rank_lines
+    from .output import json_text, print_lines
 
     how = log_reading(args, len(args.runs))
     found = [(run, h) for given, h in zip(args.runs, how) for run in detect.find_runs(given)]

@@ -26,8 +26,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
     """One self-contained HTML page (and markdown) for a run folder."""
     from ..analysis.report.build import build_report
     from ..analysis.report.render import report_files, write_report
-    from ..formats.atomic import make_folder, refuse_existing
     from ..formats.run_dir import REPORT_HTML
+    from ..formats.writing import make_folder, refuse_existing
 
     out = args.out or os.path.join(args.run_dir, REPORT_HTML)
     report = build_report(args.run_dir, baseline=args.baseline, threshold=args.threshold, advise=not args.no_advise,

@@ -42,8 +42,8 @@ def _cmd_compare_trace(args: argparse.Namespace) -> int:
     trace_view.json, a profile or run folder) step against step: the gap split by module, op and kind with an
     unattributed row, ops found in one run only, and the top contributor with its next action.
     """
-    from ..analysis.trace_compare.pair import compare_traces
-    from ..analysis.trace_compare.table import as_dict, render_text, write_outputs
+    from ..analysis.traces.pair import compare_traces
+    from ..analysis.traces.render import as_dict, render_text, write_outputs
 
     result = compare_traces(args.base, args.target, step=args.step, rank=args.rank,
                             noise_floor=args.noise_floor)

@@ -5,7 +5,7 @@ What a run writes goes through :class:`Outputs` (the monitor's logs and summary,
 (nothing is retried when space comes back), and the loss recorded for summary.json's ``outputs_failed``. A write in
 progress (``with outputs:``) holds back a SIGTERM's close (:meth:`Outputs.defer`) until it is whole.
 
-Whole files are written atomically (:mod:`~ascend_tune.formats.atomic`); a file of lines is a :class:`LineFile`,
+Whole files are written atomically (:mod:`~ascend_tune.formats.writing`); a file of lines is a :class:`LineFile`,
 one ``os.write`` per line.
 """
 
@@ -18,7 +18,7 @@ import os
 from typing import Any, Callable, Optional, Union
 
 from ..errors import OutputError
-from ..formats.atomic import write_atomic, write_json_atomic
+from ..formats.writing import write_atomic, write_json_atomic
 
 logger = logging.getLogger("ascend_tune")
 

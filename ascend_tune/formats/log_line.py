@@ -1,4 +1,4 @@
-"""The seed's log line: how the monitor writes it and what a reader takes for one.
+"""The guide's log line: how the monitor writes it and what a reader takes for one.
 
 ``[2024-05-01 12:00:00] (step=0000042) Train Loss: 1.2345, Train Steps/Sec: 9.87`` — byte for byte what the
 blog-post snippets print, so every tool that reads those logs reads ours. :data:`LINE` is the readers' definition
@@ -28,7 +28,7 @@ _stamp_cache: list = [None, ""]  # (whole second, its text): log lines come many
 
 
 def format_log_line(step: int, loss: float, steps_per_sec: float, when: Optional[float] = None) -> str:
-    """The seed's line for ``step`` (``when``: its ``time.time()``, default now), without a newline."""
+    """The guide's line for ``step`` (``when``: its ``time.time()``, default now), without a newline."""
     second = int(time.time() if when is None else when)
     if _stamp_cache[0] != second:
         _stamp_cache[:] = [second, time.strftime(TIME_FORMAT, time.localtime(second))]

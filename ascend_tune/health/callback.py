@@ -24,8 +24,8 @@ from ..analysis.health import anomaly_line
 from ..contract.callbacks import Callback, build_feature
 from ..contract.lines import json_line
 from ..contract.outputs import LineFile
-from ..formats.atomic import make_folder
 from ..formats.run_dir import ANOMALIES_JSONL, HEALTH_DIR, MODULES_JSONL, rank_dir_name
+from ..formats.writing import make_folder
 from ..recording.frames import internal
 from .config import HealthConfig
 from .gradients import GradNorms

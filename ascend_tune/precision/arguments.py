@@ -47,6 +47,13 @@ def as_called(func: Any, api: tuple, args: tuple, kwargs: dict, frame: Optional[
     passed, keywords = site
     if api[0] == "Tensor":
         passed += 1  # x.split(2): self is the first positional
+    if all(p.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+           for p in signature.parameters.values()):
+        # boolean_dispatch's ``fn(*args, **kwargs)`` (F.max_pool2d): the function it dispatches to forwards every
+        # parameter after the first few by keyword, in its signature's order
+        forwarded = tuple(args) + tuple(v for k, v in kwargs.items() if k not in keywords)
+        named = {k: kwargs[k] for k in keywords if k in kwargs}
+        return forwarded[:max(passed - len(keywords), 0)], named
     try:
         bound = signature.bind(*args, **kwargs)
     except TypeError:

@@ -4,7 +4,7 @@ after it, ``close()`` at the block's end.
 - ``builtin``: :class:`~ascend_tune.precision.engine.DumpEngine`, always available, nothing left behind.
 - ``msprobe`` (PyPI ``mindstudio-probe`` 26.x, never the unrelated PyPI ``msprobe``): a process singleton that
   patches torch for good and takes seconds to import, so it is created at the first selected step, once.
-- ``ptdbg_ascend`` (legacy NPU images; not on PyPI): the seed's API, driven by hand (no ``enable_dataloader``,
+- ``ptdbg_ascend`` (legacy NPU images; not on PyPI): the guide's API, driven by hand (no ``enable_dataloader``,
   whose class-wide loader patch ends training with an exception after the last step).
 
 msprobe and ptdbg count steps themselves; before each selected step their counter is set to the monitor's step
@@ -211,6 +211,10 @@ class MsprobeBackend(_DebuggerBackend):
         with open(path, "w", encoding="utf-8") as fh:
             json.dump(payload, fh, indent=1)
         os.chmod(path, 0o640)  # msprobe refuses config files others may write
+        if getattr(PrecisionDebugger, "_instance", None) is not None:
+            # a process singleton: an earlier monitor's instance would quietly keep its own config and dump path
+            # (notes: resetting the private _instance is what works)
+            PrecisionDebugger._instance = None
         return PrecisionDebugger(config_path=path)
 
     def start(self, step: int) -> None:
@@ -234,7 +238,7 @@ class MsprobeBackend(_DebuggerBackend):
 
 
 class PtdbgBackend(_DebuggerBackend):
-    """ptdbg_ascend's PrecisionDebugger with the seed's arguments, its step counter kept on the monitor's."""
+    """ptdbg_ascend's PrecisionDebugger with the guide's arguments, its step counter kept on the monitor's."""
 
     name = "ptdbg_ascend"
 

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from ..contract.callbacks import Callback
 from ..errors import ConfigError, OutputError
-from ..formats.atomic import make_below, make_folder
 from ..formats.dump_layout import step_of_dir
 from ..formats.run_dir import OVERFLOW_JSON, rank_dir_name
+from ..formats.writing import make_below, make_folder
 from . import backends
 from .config import ENV_DUMP, PrecisionConfig, first_common_step, precision_configs
 

@@ -34,9 +34,9 @@ from typing import Any, Callable, Optional
 import torch
 
 from .._version import __version__
-from ..formats.atomic import make_below
 from ..formats.dump_layout import BUILTIN_WRITER, CALL_MODEL, TENSOR_DIR, WRITER, step_dir_name
 from ..formats.run_dir import rank_dir_name
+from ..formats.writing import make_below
 from ..recording import catalog, stacks
 from ..recording import compile as compiling
 from ..recording.frames import internal, on_behalf

@@ -19,8 +19,8 @@ import os
 from typing import Optional
 
 from ..contract.outputs import LineFile
-from ..formats.atomic import write_json_atomic
 from ..formats.dump_layout import CONSTRUCT_JSON, DUMP_JSON, JOURNAL, STACK_JSON
+from ..formats.writing import write_json_atomic
 
 
 class StepWriter:

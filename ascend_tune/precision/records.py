@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 import torch
 
-from ..formats.atomic import open_atomic
+from ..formats.writing import open_atomic
 from ..recording.frames import internal
 from . import stats
 

@@ -36,8 +36,8 @@ from ..analysis.dumps.differences import ReplayError
 from ..analysis.dumps.model import parse_frame
 from ..analysis.dumps.replay import PASS, SKIPPED, SUSPECT, ReplayReport, ReplayRow, breach, replay_csv, replay_summary
 from ..analysis.dumps.tolerance import STANDARDS, Standard
-from ..formats.atomic import make_folder, write_atomic, write_json_atomic
 from ..formats.dump_layout import REPLAY_CSV, REPLAY_JSON
+from ..formats.writing import make_folder, write_atomic, write_json_atomic
 from ..recording.frames import internal, on_behalf
 from ..recording.tensors import tensors_in
 from . import golden

@@ -21,7 +21,7 @@ AIC_METRICS = (
 
 @dataclass(frozen=True)
 class ProfileConfig(FeatureConfig):
-    """What to trace and where. The schedule defaults are the seed's ``get_profiler_context``; the NPU ones are
+    """What to trace and where. The schedule defaults are the guide's ``get_profiler_context``; the NPU ones are
     the Ascend migration sample's (Level1, PipeUtilization, no L2 cache, no simplification).
 
     Schedule (torch.profiler's meaning): skip ``skip_first`` steps, then ``repeat`` cycles of ``wait`` idle,

@@ -1,6 +1,6 @@
 """Where the step clock's numbers go: one :class:`Sink` per output, apart from the maths in :mod:`.step_clock`.
 
-- :class:`TextLogSink` — ``log.txt`` in the seed's line format, echoed to the console (``ascend_tune.console``);
+- :class:`TextLogSink` — ``log.txt`` in the guide's line format, echoed to the console (``ascend_tune.console``);
 - :class:`JsonlSink` — ``metrics.jsonl``, the same facts at full precision plus context, and event lines;
 - :class:`TensorBoardSink` — ``train/loss``, ``train/steps_per_sec``, ``train/samples_per_sec`` scalars under
   ``<log_dir>/tensorboard`` through ``torch.utils.tensorboard`` (the ``tensorboard`` extra, imported only when on).
@@ -68,7 +68,7 @@ def window_record(window: Window, **context: Any) -> dict:
 
 
 class TextLogSink:
-    """``log.txt`` in the seed's format, one line per log window; echoed to the console (``console``)."""
+    """``log.txt`` in the guide's format, one line per log window; echoed to the console (``console``)."""
 
     def __init__(self, path: str, append: bool, echo: bool, outputs: Outputs):
         self._file = LineFile(path, append, outputs)
@@ -281,7 +281,7 @@ def tensorboard_available() -> Optional[str]:
 
 
 def echo_to_console(stack: contextlib.ExitStack) -> None:
-    """Show log lines on stderr as the seed did, for the block: one rule in every framework, whatever the
+    """Show log lines on stderr as the guide did, for the block: one rule in every framework, whatever the
     application configured (a ``basicConfig`` at WARNING hid them, an INFO root handler doubled them). The monitor
     calls this on rank 0 unless ``quiet=True``; log.txt and metrics.jsonl are written either way."""
     if any(isinstance(h, _StderrHandler) for h in console.handlers):

@@ -15,7 +15,8 @@ from typing import Optional, Union
 
 from ...errors import InputError
 from ..traces.find import TRACE_PATTERNS, find_traces
-from ..traces.model import Trace, read_trace
+from ..traces.model import Trace
+from ..traces.read import read_trace
 from .breakdown import BREAKDOWN, step_times, top_ops
 from .findings import SEVERITIES, Finding
 from .msprof import ascend_pt_folders, run_msprof_advisor
@@ -95,7 +96,7 @@ class AdviceReport:
 def analyse_trace(trace: Trace) -> TraceAdvice:
     """Run every rule on one parsed trace and add its step breakdown and top ops.
 
-    trace: from ``traces.model.read_trace``.
+    trace: from ``traces.read.read_trace``.
     """
     findings = [finding for rule in RULES for finding in rule(trace)]
     findings.sort(key=lambda f: SEVERITIES.index(f.severity), reverse=True)

@@ -14,8 +14,8 @@ import os
 from dataclasses import replace
 from typing import Optional
 
-from ...formats.atomic import make_folder, write_atomic
 from ...formats.run_dir import ADVICE_HTML
+from ...formats.writing import make_folder, write_atomic
 from .analyse import AdviceReport, TraceAdvice
 from .breakdown import BREAKDOWN
 from .findings import SEVERITIES

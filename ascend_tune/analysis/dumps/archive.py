@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ...errors import InputError, OutputError
-from ...formats.atomic import make_folder, open_atomic, refuse_existing
+from ...formats.writing import make_folder, open_atomic, refuse_existing
 
 MANIFEST = "ascend_tune_manifest.json"
 FORMAT = "ascend-tune-dump-archive"

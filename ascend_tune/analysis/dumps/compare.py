@@ -90,21 +90,48 @@ class DumpComparison:
         closest = self.closest
         line = (f"aligned, worst op {closest.op} ({closest.slot}) at {closest.ratio:.2g} of its tolerance" if closest
                 else "aligned, every compared output equal")
+        mixed = self.mixed_precision()
+        if mixed:
+            line += (f"; TARGET computes in {mixed[1]} where BASE has {mixed[0]}: each op judged by {mixed[1]}'s "
+                     "rounding and what its inputs carried, and each run's ops checked against their own inputs")
         if self.uncertain:
             first = self.uncertain[0]
-            line += (f"; {len(self.uncertain)} op(s) that divide or normalise differ beyond tolerance where their "
-                     f"inputs already differed (uncertain: first {first.op}, {first.error:.3g} against "
-                     f"{first.tolerance:.3g}, its inputs carried {first.carried:.3g}); dump with task='tensor' to "
-                     "decide them")
+            why = ("that divide or normalise, or run past a coarser dtype," if self.mixed_precision()
+                   else "that divide or normalise")
+            decide = ("; dump with task='tensor' to decide them" if self.mode == "statistics"
+                      else " (not evaluated again from their inputs: backward ops, or ops the evaluation skips)")
+            line += (f"; {len(self.uncertain)} op(s) {why} differ beyond tolerance where their inputs already "
+                     f"differed (uncertain: first {first.op}, {first.error:.3g} against {first.tolerance:.3g}, its "
+                     f"inputs carried {first.carried:.3g}){decide}")
         return line
+
+    def mixed_precision(self) -> Optional[tuple]:
+        """``(BASE's dtype, TARGET's dtype)`` most rows pair when the runs compute in different floating dtypes
+        (``("float32", "bfloat16")`` for an autocast port), else None."""
+        pairs: dict = {}
+        for r in self.rows:
+            t, b = r.target, r.base
+            if t is not None and b is not None and t.kind == b.kind == "tensor" and t.dtype != b.dtype and \
+                    tolerance.is_float(t.dtype) and tolerance.is_float(b.dtype):
+                key = (tolerance.dtype_name(b.dtype), tolerance.dtype_name(t.dtype))
+                pairs[key] = pairs.get(key, 0) + 1
+        return max(pairs, key=pairs.get) if pairs else None
+
+    @property
+    def errors_judged(self) -> int:
+        """Rows msprobe's rules call an error only by a value rule (NormRelativeErr, One Thousandth) or for their
+        dtypes, two floating ones (an autocast, a cast): this compare judges those values itself, by the dtypes'
+        rounding and what the op's inputs carried (:func:`_judged_by_value`)."""
+        return sum(1 for r in self.rows if r.result == "error" and _judged_by_value(r))
 
     @property
     def passed(self) -> bool:
-        """No op diverges beyond tolerance and no row is an error by msprobe's rules.
+        """No op diverges beyond tolerance and no row is an error by msprobe's rules, but for the errors this compare
+        judged by value (:attr:`errors_judged`: every matched op was judged when no op diverges).
 
         msprobe's warnings are counted, not failed: its rule "the output's norm relative error is 10x the input's"
         fires on reduction noise alone (3e-6 against 3e-7) when two engines dumped one run."""
-        return self.first is None and not any(r.result == "error" for r in self.rows)
+        return self.first is None and not any(r.result == "error" and not _judged_by_value(r) for r in self.rows)
 
 
 def compare_dumps(
@@ -129,7 +156,7 @@ def compare_dumps(
         mode = "tensor" if base.has_tensors and target.has_tensors else "statistics"
     pairs = match_ops(base, target, fuzzy)
     rows = _rows(pairs, base, target, mode == "tensor", rtol)
-    first, uncertain, closest = walk(pairs, rows, target, base if mode == "tensor" else None)
+    first, uncertain, closest = walk(pairs, rows, target, base, tensors=mode == "tensor")
     return DumpComparison(base.label, target.label, mode, fuzzy, tuple(pairs), tuple(rows), first, rtol, base.engine,
                           target.engine, uncertain, closest)
 
@@ -147,6 +174,10 @@ def _rows(pairs: list, base: Dump, target: Dump, tensor_mode: bool, rtol: Option
     by_row = {i: n for n, i in enumerate(numeric)}
     engines = _engines(base, target)
     regrouped = {k for k, pair in enumerate(pairs) if _regrouped(pair)}
+    # the builtin engine records a module input's gradient summed over all its uses (a residual's skip path too),
+    # msprobe's full backward hook only the module's own share: across the two, those rows are not the same tensor
+    summed = {k for k, pair in enumerate(pairs)
+              if pair.name.startswith("Module.") and ".backward." in pair.name and _one_builtin(base, target)}
     stale = _stale_inputs(base, target)
 
     rows = []
@@ -164,6 +195,10 @@ def _rows(pairs: list, base: Dump, target: Dump, tensor_mode: bool, rtol: Option
             uncompared, error, reason = True, 0.0, ""
             note = (f"{stale} recorded this 0-d argument after the op wrote into it (call model 2 or older): "
                     "not compared (the op's output is)")
+        elif k in summed and (t or b).role == "output":  # type: ignore[union-attr]
+            uncompared, error, reason = True, 0.0, ""
+            note = ("the builtin engine records a module input's gradient summed over all its uses, msprobe the "
+                    "module's own share: not compared across the two engines (the API calls inside are)")
         elif uncompared:
             error, reason = 0.0, ""
             note = (f"BASE's backward recorded {len(pairs[k].base.outputs)} gradient(s), TARGET's "
@@ -191,19 +226,26 @@ def _rows(pairs: list, base: Dump, target: Dump, tensor_mode: bool, rtol: Option
     return [CompareRow(**{key: v for key, v in row.items() if not key.startswith("_")}) for row in rows]
 
 
+def _judged_by_value(row: CompareRow) -> bool:
+    """Whether msprobe's errors on ``row`` are only its value rules, or a dtype difference between two floating
+    dtypes: judgements of values this compare makes itself, calibrated to the dtypes and the op's inputs."""
+    errors = [m for m in row.messages if m.startswith("error")]
+    floats = (row.target is not None and row.base is not None and tolerance.is_float(row.target.dtype)
+              and tolerance.is_float(row.base.dtype))
+    return bool(errors) and all(m in (msprobe_rules.NORM_ERR, msprobe_rules.THOUSANDTH)
+                                or (m == msprobe_rules.DTYPE and floats) for m in errors)
+
+
 def _reduction_length(pair: OpPair, output: Leaf) -> int:
-    """How many products or terms one element of ``output`` sums: a forward matmul-like op's K (the last dimension
-    of its first input); a reduction's output, or a backward's gradient that is smaller than the gradient it
-    received (a weight's, summed over the batch), the ratio of their sizes; else 0."""
+    """:func:`.tolerance.summed_terms` of one output of a pair's op."""
     op = pair.target or pair.base
-    reduction = (calls.api_of(pair.name) or "").rpartition(".")[2] in tolerance.REDUCTIONS
-    if pair.name.endswith(".backward") or reduction:
-        sizes = [math.prod(leaf.shape) for leaf in op.leaves  # type: ignore[union-attr]
-                 if leaf.role == "input" and leaf.kind == "tensor" and leaf.shape is not None]
-        out = math.prod(output.shape) if output.kind == "tensor" and output.shape is not None else 0
-        return max(sizes) // out if sizes and out and max(sizes) > out else 0
+    shapes = [leaf.shape for leaf in op.leaves  # type: ignore[union-attr]
+              if leaf.role == "input" and leaf.kind == "tensor" and leaf.shape is not None]
     first = next((leaf for leaf in op.leaves if leaf.slot == "input.0"), None)  # type: ignore[union-attr]
-    return int(first.shape[-1]) if first is not None and first.kind == "tensor" and first.shape else 0
+    api = calls.api_of(pair.name) if not pair.name.endswith(".backward") else calls.api_of(pair.name, backward=True)
+    return tolerance.summed_terms(api, pair.name.endswith(".backward"), shapes,
+                                  output.shape if output.kind == "tensor" else None,
+                                  first.shape if first is not None and first.kind == "tensor" else None)
 
 
 def _stale_inputs(base: Dump, target: Dump) -> str:
@@ -222,6 +264,11 @@ def _mutated_scalar(pair: OpPair, t: Optional[Leaf], b: Optional[Leaf], key: str
 
 def _numeric(leaf: Optional[Leaf]) -> bool:
     return leaf is not None and (leaf.kind == "scalar" or leaf.kind == "tensor" and leaf.has_stats)
+
+
+def _one_builtin(base: Dump, target: Dump) -> bool:
+    """Whether exactly one of the two dumps was written by the builtin engine."""
+    return ("builtin engine" in base.engine) != ("builtin engine" in target.engine)
 
 
 def _engines(base: Dump, target: Dump) -> str:
@@ -265,13 +312,18 @@ def _view_of(a: Optional[tuple], b: Optional[tuple]) -> bool:
 def _tensor_error(t: Leaf, b: Leaf, errors: Optional[np.ndarray], tol: float, rtol: Optional[float], view: bool,
                   engines: str) -> tuple:
     """(error, its tolerance, reason, note) of two tensors from their statistics; reason "" = agree."""
-    if t.dtype != b.dtype:
-        return math.inf, tol, f"dtype {b.dtype} in BASE, {t.dtype} in TARGET", ""
     note = ""
+    if t.dtype != b.dtype:
+        if not (tolerance.is_float(t.dtype) and tolerance.is_float(b.dtype)):
+            return math.inf, tol, f"dtype {b.dtype} in BASE, {t.dtype} in TARGET", ""
+        # a precision difference (autocast, a model cast): the values compare within the coarser dtype's rounding
+        note = (f"dtype {b.dtype} in BASE, {t.dtype} in TARGET: compared within "
+                f"{tolerance.coarser(t.dtype, b.dtype)}'s precision")
     if t.shape != b.shape:
         if not view:
             return math.inf, tol, f"shape {list(b.shape or [])} in BASE, {list(t.shape or [])} in TARGET", ""
-        note = f"shape {list(b.shape or [])} in BASE, {list(t.shape or [])} in TARGET: the same elements (a view)"
+        note = "; ".join(filter(None, [note, f"shape {list(b.shape or [])} in BASE, {list(t.shape or [])} in TARGET: "
+                                                   "the same elements (a view)"]))
     if t.md5 is not None and b.md5 is not None and t.md5 == b.md5:
         return 0.0, tol, "", note
     if errors is None:  # no statistics: only a checksum can tell
@@ -325,7 +377,7 @@ def _judge(pairs: list, rows: list, tensor_mode: bool) -> None:
             norm_rel=r["stats"].norm_rel if r["stats"] and not r["_uncompared"] else None,
             cosine=r["tensor"].cosine if r["tensor"] and not r["_uncompared"] else None,
             thousandth=r["tensor"].one_thousandth if r["tensor"] and not r["_uncompared"] else None,
-            same_elements=r["note"].startswith("shape"),
+            same_elements="the same elements (a view)" in r["note"],
         ) for r in group]
         judged = (msprobe_rules.msprobe_results(pair.name, views, tensor_mode) if pair.matched
                   else [("pass", ())] * len(group))

@@ -235,7 +235,7 @@ def close_archives() -> None:
 
 
 def _compare_task(task: tuple) -> RankFinding:
-    from ...formats.atomic import make_folder, write_atomic
+    from ...formats.writing import make_folder, write_atomic
     from . import compare, table
 
     key, base_loc, base_ref, target_loc, target_ref, mode, fuzzy, rtol, out = task

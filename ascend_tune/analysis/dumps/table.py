@@ -54,6 +54,7 @@ def summary_json(result: DumpComparison) -> bytes:
         "engines": {"base": result.base_engine, "target": result.target_engine},
         "rtol": result.tolerance_override, "rows": len(result.rows),
         "pass": result.count("pass"), "warning": result.count("warning"), "error": result.count("error"),
+        "errors_judged_by_value": result.errors_judged,
         "ops_only_in_target": result.only_target, "ops_only_in_base": result.only_base,
         "first_divergence": None if first is None else {
             "op": first.op, "kind": first.kind, "reason": first.reason, "row": first.row,

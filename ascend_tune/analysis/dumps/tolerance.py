@@ -73,6 +73,18 @@ def dtype_name(dtype: str) -> str:
     return _ALIASES.get(name, name)
 
 
+def is_float(dtype: str) -> bool:
+    """Whether ``dtype`` is a floating (or complex) dtype: two of them compare by value, within the coarser one."""
+    raw = str(dtype).rpartition(".")[2]
+    return dtype_name(raw) in TOLERANCE or raw.startswith(("float", "complex", "half", "double", "bfloat"))
+
+
+def coarser(dtype_a: str, dtype_b: str) -> str:
+    """The less precise of two floating dtypes, by name (``bfloat16`` of ``torch.float32`` and ``torch.bfloat16``)."""
+    a, b = dtype_name(dtype_a), dtype_name(dtype_b)
+    return a if _tolerance(a, None) >= _tolerance(b, None) else b
+
+
 def tolerance(dtype_a: str, dtype_b: str, override: Optional[float] = None) -> float:
     """The agreement tolerance of a pair of dtypes: the coarser one's (``override`` for every float dtype)."""
     return max(_tolerance(dtype_a, override), _tolerance(dtype_b, override))
@@ -109,19 +121,49 @@ def kernel_tolerance(api: Optional[str], tolerance: float, dtype: str, length: i
     return max(tolerance, min(_KERNEL_SPREAD * _roundoff(dtype) * length, _CAP))
 
 
-def amplifies(api: Optional[str]) -> bool:
-    """Whether ``api`` divides, normalises or takes a sign (:data:`AMPLIFYING`)."""
-    return _short(api) in AMPLIFYING
+SELECTING = frozenset({
+    "relu", "relu_", "relu6", "hardtanh", "hardtanh_", "threshold", "threshold_", "leaky_relu", "leaky_relu_",
+    "max_pool1d", "max_pool2d", "max_pool3d", "adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d",
+    "max_pool2d_with_indices", "clamp", "clamp_", "clip", "clip_", "abs", "abs_", "max", "min", "maximum",
+    "minimum", "amax", "amin", "topk", "sort", "where", "masked_fill", "masked_fill_",
+})
+"""APIs whose gradient goes where a comparison sends it (a threshold, a max): in a backward, inputs that differ by
+a rounding can route an element's gradient elsewhere (a ReLU's input near 0 in bfloat16 and in float32)."""
 
 
-def carried(inputs: list, output_magnitude: float) -> float:
+def amplifies(api: Optional[str], backward: bool = False) -> bool:
+    """Whether ``api`` divides, normalises or takes a sign (:data:`AMPLIFYING`); of a backward, also whether its
+    gradient is routed by a comparison (:data:`SELECTING`)."""
+    return _short(api) in AMPLIFYING or (backward and _short(api) in SELECTING)
+
+
+def carried(inputs: list, output_magnitude: float, terms: int = 0) -> float:
     """The error an op's inputs carry into its output: ``inputs`` as (error, magnitude) pairs (see the module
-    docstring); 0 when every input agrees exactly."""
+    docstring), an output element summing ``terms`` of them (a reduction, a weight's gradient) carrying up to the
+    sum of their errors, ``terms`` of one (a sum that cancels to ~0, the bias of a convolution before a BatchNorm,
+    is all rounding: only its terms' size bounds it); 0 when every input agrees exactly."""
     relative = sum(e for e, _ in inputs)
     if not output_magnitude or not math.isfinite(output_magnitude):
         return relative
     absolute = sum(e * m for e, m in inputs if math.isfinite(m)) / output_magnitude
-    return max(relative, absolute)
+    return max(relative, absolute * max(terms, 1))
+
+
+def is_reduction(api: Optional[str]) -> bool:
+    """Whether ``api``'s output elements each sum many input elements (:data:`REDUCTIONS`)."""
+    return _short(api) in REDUCTIONS
+
+
+def summed_terms(api: Optional[str], backward: bool, input_shapes: list, output_shape: Optional[tuple],
+                 first_shape: Optional[tuple]) -> int:
+    """How many products or terms one element of an output sums: a forward matmul-like op's K (the last dimension
+    of its first input, ``first_shape``); a reduction's output, or a backward's gradient that is smaller than the
+    gradient it received (a weight's, summed over the batch), the ratio of their sizes; else 0."""
+    if backward or _short(api) in REDUCTIONS:
+        sizes = [math.prod(shape) for shape in input_shapes]
+        out = math.prod(output_shape) if output_shape is not None else 0
+        return max(sizes) // out if sizes and out and max(sizes) > out else 0
+    return int(first_shape[-1]) if first_shape else 0
 
 
 def unseen(error: float, input_dtype: str, output_dtype: str) -> float:

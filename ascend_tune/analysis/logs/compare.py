@@ -1,8 +1,8 @@
 """Loss-curve alignment of two runs: the gap numbers the GPU<->NPU migration is judged on.
 
 With base losses ``a`` and target losses ``b`` over the compared steps:
-mean absolute gap = mean(|a - b|); mean relative gap = mean(|a - b| / |a|) (the seed's "Loss Gap percent" / 100);
-the runs are *aligned* when the mean relative gap is below the threshold (the seed's "< 5% is aligned") and the
+mean absolute gap = mean(|a - b|); mean relative gap = mean(|a - b| / |a|) (the guide's "Loss Gap percent" / 100);
+the runs are *aligned* when the mean relative gap is below the threshold (the guide's "< 5% is aligned") and the
 target has no inf/NaN loss where the base is finite. A step whose base loss is zero or not finite cannot carry a
 relative gap: it is excluded from all gap numbers and counted, never divided by.
 
@@ -74,7 +74,7 @@ class LossComparison:
 
     @property
     def agrees(self) -> bool:
-        """Aligned by both rules: the seed's 5% rule, and the gap within the pair's own noise."""
+        """Aligned by both rules: the guide's 5% rule, and the gap within the pair's own noise."""
         return self.aligned and not self.beyond_noise
 
     @property
@@ -115,7 +115,7 @@ def compare_loss(base: LossLog, target: LossLog, threshold: float = LOSS_GAP, al
         base: the reference run (GPU / CPU); relative gaps are relative to its losses.
         target: the run being checked (NPU).
         threshold: the mean relative gap below which the runs are aligned (0.05 = 5%).
-        align: ``"step"`` (pair by step number) or ``"index"`` (the seed's i-th against i-th line).
+        align: ``"step"`` (pair by step number) or ``"index"`` (the guide's i-th against i-th line).
         noise_from: more reference runs (LossLog), the reference's script with other seeds: their gap against the
             base is noise (:mod:`.noise`).
         noise_floor: the least noise band, a fraction.

@@ -1,6 +1,6 @@
 """The one place that recognises a training log: a file by what it holds, a run folder by the files in it.
 
-The formats are the rows of :data:`.formats.FORMATS` (``--format`` names): ``text`` (the seed's ``log.txt``),
+The formats are the rows of :data:`.formats.FORMATS` (``--format`` names): ``text`` (the guide's ``log.txt``),
 ``jsonl`` (ascend_tune's ``metrics.jsonl``), ``hf`` (a Hugging Face ``trainer_state.json``), ``lightning`` (a
 Lightning ``CSVLogger`` ``metrics.csv``), ``tensorboard`` (``events.out.tfevents.*`` files).
 
@@ -10,7 +10,7 @@ document whose first line is a lone ``{`` is a trainer state (``metrics.jsonl`` 
 of comma-separated names, ``step`` among them or in a ``.csv`` file, is a logger's CSV unless a seed line
 ``(step=`` follows; a first line starting with ``{`` is ascend_tune's JSONL; anything else is seed-format text.
 
-A folder is read from the first of these it holds: ``metrics.jsonl`` / ``log.txt`` (the jsonl unless the seed's
+A folder is read from the first of these it holds: ``metrics.jsonl`` / ``log.txt`` (the jsonl unless the guide's
 text is asked for), ``trainer_state.json``, ``metrics.csv``, event files; else, one level down, the layouts the
 frameworks write: the newest ``checkpoint-N/trainer_state.json`` of a Trainer's ``output_dir``, the newest
 ``version_N/metrics.csv`` of a CSVLogger's folder or of its one ``name/`` subfolder (``lightning_logs/``), the
@@ -60,7 +60,7 @@ def locate(path: str, prefer: str = "jsonl", format: Optional[str] = None) -> Lo
     Parameters:
         path: the file or folder.
         prefer: ``"jsonl"`` reads ``metrics.jsonl`` when it sits beside (or instead of) ``log.txt``; ``"text"``
-            reads ``log.txt`` when there is one (the seed script's input, rounded to 4 decimals).
+            reads ``log.txt`` when there is one (the guide's script's input, rounded to 4 decimals).
         format: force one of :data:`.formats.NAMES` (None: recognise it).
     """
     if prefer not in ("jsonl", "text"):
@@ -193,7 +193,7 @@ def _newest(path: str, prefix: str, name: str, kind: str) -> Optional[Located]:
 
 def find_runs(path: str) -> list:
     """The run logs under ``path``: the path itself when it is a log file or a run folder (see :func:`locate`),
-    else its subfolders that are (the seed walked ``runs/*/log.txt``), sorted by name."""
+    else its subfolders that are (the guide walked ``runs/*/log.txt``), sorted by name."""
     if not os.path.exists(path):
         raise InputError(f"{path} does not exist; pass a log file, a run folder or a folder of run folders")
     if os.path.isfile(path) or _recognised(path):

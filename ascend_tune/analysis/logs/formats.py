@@ -5,7 +5,7 @@ what it lacks for steps/sec). :mod:`.detect`, :mod:`.read`, :mod:`.model`, :mod:
 
 Functions are named ``"module:function"`` inside this package and imported when used, so the table loads nothing.
 A ``sniff(head, first_line, path)`` tells the format from a file's first 64 kB (the formats' rules exclude each
-other; a file none claims is the seed's text); a ``nested(folder)`` returns a :class:`~.detect.Located` or None.
+other; a file none claims is the guide's text); a ``nested(folder)`` returns a :class:`~.detect.Located` or None.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ class LogFormat:
 
 
 FORMATS = (
-    LogFormat("text", "log.txt (the seed's line)", "ascend_tune", LOG_TXT, "read:read_log_file", ours=True),
+    LogFormat("text", "log.txt (the guide's line)", "ascend_tune", LOG_TXT, "read:read_log_file", ours=True),
     LogFormat("jsonl", "metrics.jsonl (ascend_tune)", "ascend_tune", METRICS_JSONL, "read:read_log_file",
               sniff="read:is_jsonl", ours=True),
     LogFormat("hf", "trainer_state.json (Hugging Face Trainer)", "Hugging Face Trainer", TRAINER_STATE,

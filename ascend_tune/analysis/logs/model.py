@@ -1,6 +1,6 @@
 """The one model every log reader returns: :class:`LossLog`, a run's losses and rates as arrays.
 
-Readers (one module per format) fill it: :mod:`.read` for the seed's ``log.txt`` and ascend_tune's
+Readers (one module per format) fill it: :mod:`.read` for the guide's ``log.txt`` and ascend_tune's
 ``metrics.jsonl``, :mod:`.hf` for a Hugging Face ``trainer_state.json``, :mod:`.lightning` for a Lightning
 ``CSVLogger`` ``metrics.csv``, :mod:`.tensorboard` for TensorBoard event files. numpy only.
 """

@@ -1,6 +1,6 @@
 """Whether a loss gap is beyond the pair's own noise: what tells a changed setting from another seed.
 
-The seed's rule (a mean per-step relative gap under 5%) cannot tell them apart: two runs of one script with other
+The guide's rule (a mean per-step relative gap under 5%) cannot tell them apart: two runs of one script with other
 seeds and data orders differ by a few percent per step, and so does a run whose learning rate is off by a third.
 What differs is the gap's *persistence*: the reruns' gap averages out and changes sign, a changed setting's does
 not. With ``r_t = (target_t - base_t) / |base_t|`` the signed per-step relative gap over the ``n`` compared steps:

@@ -12,14 +12,13 @@ others spend blocked in the collective, which on CPU / gloo is inside ``backward
 minus time in backward; the rank the others wait for waits least: its median time in backward is a low outlier
 among the ranks' (Dixon's Q at 99.5%, :mod:`..stats`) or it waited least in more windows than equal ranks do
 with a chance of 0.5%; it waited least in most log windows; and its busy time
-exceeds the others' by more than :data:`SPREAD` of the step (msprof-analyze: "max more than 5% above min suggests
+exceeds the others' by more than :data:`BUSIER_BY` of the step (msprof-analyze: "max more than 5% above min suggests
 a slow rank"). On CUDA / NPU the collective wait is on the device, outside backward's host time: a slow
 rank still shows in its data time, but the trace of every rank (``analysis.traces.ranks``) is the sure answer.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import asdict, dataclass
 from typing import Optional
@@ -28,9 +27,10 @@ import numpy as np
 
 from ...formats.run_dir import METRICS_JSONL, rank_of_dir
 from ..stats import CONFIDENCE, most_extreme, tally_chance
+from .read import window_records
 
 SLOW_RANK = 0.9  # a rank below 90% of the ranks' median steps/sec is flagged, as msprof-analyze's slow-rank check
-SPREAD = 0.05  # the slow rank's busy time exceeds the others' median by more than 5% of the step
+BUSIER_BY = 0.05  # the slow rank's busy time exceeds the others' median by more than 5% of the step
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ class WaitVerdict:
         tally = ", ".join(f"rank {r}: {n}" for r, n in sorted(self.last.items())) or "none"
         if self.waited_for is None:
             return (f"no rank is waited for: none waits least in backward by a margin ({self.test}), in most of "
-                    f"the {self.windows} window(s) and {SPREAD:.0%} of a step busier than the others "
+                    f"the {self.windows} window(s) and {BUSIER_BY:.0%} of a step busier than the others "
                     f"(windows in which each rank waited least: {tally})")
         c = next(r for r in self.ranks if r.rank == self.waited_for)
         return (f"the others wait for rank {self.waited_for}: it waits least in backward (the all-reduce; "
@@ -135,17 +135,8 @@ def _others(ranks: tuple, rank: int, field: str) -> float:
 def read_host_times(path: str) -> dict:
     """The steady windows of one rank's metrics.jsonl: ``{last step: (steps, seconds, data, backward)}``."""
     rows: dict = {}
-    try:
-        with open(path, encoding="utf-8") as fh:
-            lines = fh.read().splitlines()
-    except OSError:
-        return rows
-    for line in lines:
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        host = record.get("host_s") if isinstance(record, dict) else None
+    for record in window_records(path):
+        host = record.get("host_s")
         if not isinstance(host, dict) or record.get("warmup") or not record.get("seconds"):
             continue
         steps = record.get("window_steps") or 1
@@ -183,7 +174,7 @@ def rank_waits(run_dir: str) -> WaitVerdict:
     chance = tally_chance(last.get(candidate, 0), len(shared), len(ranks))
     test += f"; waiting least in {last.get(candidate, 0)} of {len(shared)} window(s) by chance: p = {chance:.2g}"
     sure = (low is not None and low.significant) or chance < 1 - CONFIDENCE
-    named = sure and last.get(candidate, 0) * 2 > len(shared) and excess > SPREAD
+    named = sure and last.get(candidate, 0) * 2 > len(shared) and excess > BUSIER_BY
     where = "data loading" if c.data - _others(waits, candidate, "data") > excess * step / 2 \
         else "step's own work (forward, optimizer, host code)"
     return WaitVerdict(run_dir, waits, candidate if named else None, len(shared), last, test, excess, where)

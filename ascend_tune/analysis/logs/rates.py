@@ -17,6 +17,11 @@ Over the rates r_1..r_n of the steady windows (finite and >= 0):
 
     median = np.median(r)        mean = sum(r) / n        p10, p90 = np.percentile(r, [10, 90])  (linear)
     overall = sum(amount_i) / sum(seconds_i)              over every steady window, when the seconds are known
+    spread = 1.4826 x median(|r - median|)                 the windows' robust sigma
+
+A speed ratio (:func:`speed_ratio`, the alignment page's) is the target's median over the reference's, with a 95%
+interval from each median's standard error ``1.2533 x spread / sqrt(n)``, combined on the log scale; the target is
+slower (or faster) only when the whole interval is below (above) 1.
 
 Zero rates are kept: a window is only ever measured as zero when log.txt rounded a slow rate to ``0.00``, and
 leaving those out would make a slow run look faster than it ran (the writers record an unknown rate as NaN, never
@@ -30,10 +35,16 @@ so no rate, and neither has a line whose step does not follow the previous one (
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import NamedTuple, Optional
 
 import numpy as np
+
+from ..stats import robust_spread
+
+MEDIAN_SE = 1.2533  # sqrt(pi / 2): the median's standard error over the mean's, for normal scatter
+SPEED_CONFIDENCE, SPEED_Z = 0.95, 1.96  # the speed ratio's interval
 
 
 class WarmUp(NamedTuple):
@@ -107,6 +118,12 @@ class RateStats:
     p90: float
     windows: int  # the rates counted: one per steady log line
     overall: Optional[float] = None  # total amount over total seconds; None when the seconds are not known
+    spread: float = math.nan  # 1.4826 x MAD of the rates (a sigma that one slow window does not inflate)
+
+    @property
+    def median_se(self) -> float:
+        """The median's standard error, ``1.2533 x spread / sqrt(windows)`` (NaN under 3 windows)."""
+        return MEDIAN_SE * self.spread / math.sqrt(self.windows) if self.windows >= 3 else math.nan
 
     @property
     def lines(self) -> int:
@@ -133,12 +150,66 @@ class RateStats:
         if amounts is not None and seconds is not None:
             total = float(np.sum(_floats(seconds)))
             overall = float(np.sum(_floats(amounts))) / total if total > 0 else None
-        return cls(float(np.median(kept)), float(np.mean(kept)), float(p10), float(p90), int(kept.size), overall)
+        return cls(float(np.median(kept)), float(np.mean(kept)), float(p10), float(p90), int(kept.size), overall,
+                   robust_spread(kept.tolist()))
 
     def as_dict(self) -> dict:
         """``median, mean, p10, p90, overall, windows``: summary.json's form."""
         return {"median": self.median, "mean": self.mean, "p10": self.p10, "p90": self.p90,
-                "overall": self.overall, "windows": self.windows}
+                "overall": self.overall, "windows": self.windows,
+                "spread": None if math.isnan(self.spread) else self.spread}
+
+
+@dataclass(frozen=True)
+class SpeedRatio:
+    """One run's median steps/sec over another's, with the interval their window-to-window scatter leaves."""
+
+    ratio: float
+    low: float  # NaN when either run has fewer than 3 steady windows
+    high: float
+
+    @property
+    def known(self) -> bool:
+        return not (math.isnan(self.low) or math.isnan(self.high))
+
+    @property
+    def slower(self) -> bool:
+        """Slower beyond the interval: its top is below 1 (with no interval, never: nothing says how sure)."""
+        return self.known and self.high < 1
+
+    @property
+    def faster(self) -> bool:
+        return self.known and self.low > 1
+
+    def text(self) -> str:
+        """``0.77x (95% 0.74-0.80)``: the ratio and its interval."""
+        interval = f" ({SPEED_CONFIDENCE:.0%} {self.low:.2f}-{self.high:.2f})" if self.known else " (no interval: " \
+            "under 3 steady log lines in a run)"
+        return f"{self.ratio:.2f}x{interval}"
+
+    def verdict(self) -> str:
+        """``slower``, ``faster`` or ``as fast``, beyond or within the interval."""
+        if not self.known:
+            side = "below" if self.ratio < 1 else "above" if self.ratio > 1 else "at"
+            return f"{side} 1 by the medians alone: too few steady log lines to say how sure"
+        if self.slower:
+            return "slower beyond the runs' own scatter"
+        if self.faster:
+            return "faster beyond the runs' own scatter"
+        return "as fast within the runs' own scatter"
+
+
+def speed_ratio(base: RateStats, target: RateStats) -> Optional[SpeedRatio]:
+    """``target``'s median over ``base``'s, and its interval: ``ratio x exp(+-z x sqrt((se_t/m_t)^2 +
+    (se_b/m_b)^2))``, each run's median standard error from its windows' robust spread (see :attr:`median_se`);
+    None when a median is not positive."""
+    if not (base.median > 0 and target.median > 0):
+        return None
+    ratio = target.median / base.median
+    se = math.hypot(target.median_se / target.median, base.median_se / base.median)
+    if math.isnan(se):
+        return SpeedRatio(ratio, math.nan, math.nan)
+    return SpeedRatio(ratio, ratio * math.exp(-SPEED_Z * se), ratio * math.exp(SPEED_Z * se))
 
 
 def _floats(values: object) -> np.ndarray:

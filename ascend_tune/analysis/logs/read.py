@@ -1,13 +1,13 @@
 """Training logs as arrays: :func:`read_log` reads any log :mod:`.detect` recognises into a
 :class:`~.model.LossLog` (the frameworks' formats through :mod:`.hf`, :mod:`.lightning`, :mod:`.tensorboard`);
-this module reads ascend_tune's own, the seed's ``log.txt`` lines and ``metrics.jsonl`` records.
+this module reads ascend_tune's own, the guide's ``log.txt`` lines and ``metrics.jsonl`` records.
 
 ``log.txt`` lines are found by :mod:`.scan` with numpy over the whole buffer (no per-line Python loop), so a
 million-line log reads in a fraction of a second. The line may carry a timestamp or not, ANSI colour codes, and sit
 among other lines (warnings, tracebacks); only lines that start like one (``(step=N``) but do not parse are
 *malformed*, counted and reported, never fatal. ``metrics.jsonl`` keeps full precision (``%.4f`` in log.txt turns
 a loss of 0.00071 into 0.0007), so a run folder or a ``log.txt`` with ``metrics.jsonl`` beside it is read from the
-JSONL unless the seed's own input is asked for. A ``summary.json`` beside the log gives the run's warm-up
+JSONL unless the guide's own input is asked for. A ``summary.json`` beside the log gives the run's warm-up
 (``start_step``, ``warmup_steps``), which the throughput statistics leave out.
 
 A killed run's log is read as it is (no ``summary.json``): a last line without its newline that does not parse is
@@ -47,7 +47,7 @@ def read_log(path: str, prefer: str = "jsonl", format: Optional[str] = None, los
     Parameters:
         path: the file or folder.
         prefer: ``"jsonl"`` reads ``metrics.jsonl`` when it sits beside (or instead of) ``log.txt``; ``"text"``
-            reads ``log.txt`` when there is one (the seed script's input, rounded to 4 decimals).
+            reads ``log.txt`` when there is one (the guide's script's input, rounded to 4 decimals).
         format: force one of :data:`.formats.NAMES` (None: recognise it).
         loss_key: the key (trainer_state.json) or column (metrics.csv) read as the loss; None: the guess.
         tag: the TensorBoard scalar tag read as the loss; None: the guess.
@@ -163,7 +163,7 @@ def _parse_text(path: str, raw: object) -> LossLog:
     steps, losses, rates, markers = scan.scan(raw)
     if not steps.size:
         raise InputError(
-            f"{path} has no loss lines; expected the seed's format "
+            f"{path} has no loss lines; expected the guide's format "
             "'[time] (step=0000042) Train Loss: 1.2345, Train Steps/Sec: 9.87' or a metrics.jsonl"
         )
     if markers == steps.size:
@@ -186,12 +186,12 @@ def _malformed(raw: object) -> tuple:
     return count, tuple(shown)
 
 
-def _parse_jsonl(path: str, text: str) -> LossLog:
+def jsonl_objects(text: str) -> tuple:
+    """THE parse of a metrics.jsonl's text: ``([(line number, object)], [broken line, shown])``."""
     lines = [(n, line) for n, line in enumerate(text.splitlines(), 1) if line.strip()]
     try:  # one parser call for the whole file; line by line only when some line is broken
         objects = json.loads("[" + ",".join(line for _, line in lines) + "]")
-        parsed = [(n, obj) for (n, _), obj in zip(lines, objects)]
-        broken: list = []
+        return [(n, obj) for (n, _), obj in zip(lines, objects)], []
     except ValueError:
         parsed, broken = [], []
         for n, line in lines:
@@ -199,6 +199,21 @@ def _parse_jsonl(path: str, text: str) -> LossLog:
                 parsed.append((n, json.loads(line)))
             except ValueError:
                 broken.append(f"line {n}: {line.strip()[:80]!r}")
+        return parsed, broken
+
+
+def window_records(path: str) -> list:
+    """The window records (dicts with a ``step``, no ``event``) of a metrics.jsonl; none when it cannot be read."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            parsed, _ = jsonl_objects(fh.read())
+    except OSError:
+        return []
+    return [obj for _, obj in parsed if isinstance(obj, dict) and "event" not in obj and "step" in obj]
+
+
+def _parse_jsonl(path: str, text: str) -> LossLog:
+    parsed, broken = jsonl_objects(text)
     records, events = [], 0
     for n, obj in parsed:
         if isinstance(obj, dict) and "event" in obj:
@@ -210,7 +225,7 @@ def _parse_jsonl(path: str, text: str) -> LossLog:
     if not records:
         raise InputError(
             f"{path} has no metrics records (objects with 'step' and 'loss'); pass a metrics.jsonl written by "
-            "ascend_tune or a log.txt in the seed's format"
+            "ascend_tune or a log.txt in the guide's format"
         )
     steps = np.array([r["step"] for r in records], dtype=np.int64)
     losses = np.array([_float(r.get("loss")) for r in records], dtype=np.float64)

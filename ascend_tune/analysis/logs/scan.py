@@ -1,4 +1,4 @@
-"""Find the seed's loss lines in a log's bytes with numpy, without a Python loop over lines.
+"""Find the guide's loss lines in a log's bytes with numpy, without a Python loop over lines.
 
 A line is ``...(step=0000042) Train Loss: 1.2345, Train Steps/Sec: 9.87...``: whatever precedes the marker (a
 timestamp, a logger prefix, nothing) and follows the rate is ignored. The regular expression

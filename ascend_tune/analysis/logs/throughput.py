@@ -1,4 +1,4 @@
-"""Throughput statistics of runs: what the seed's steps/sec median script printed, for several runs at once.
+"""Throughput statistics of runs: what the guide's steps/sec median script printed, for several runs at once.
 
 Per run, over its log lines past the warm-up (compilation, cache fills, the first data loads), the statistics of
 :mod:`.rates` (the same numbers as the run's ``summary.json``): median, mean, 10th and 90th percentile of steps/sec,

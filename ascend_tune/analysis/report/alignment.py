@@ -4,7 +4,8 @@
 2. **First divergence**: the precision dumps of one step both runs dumped (the first such step, the lowest rank),
    compared op by op (:mod:`..dumps.compare`); its first diverging op, with the user's frames.
 3. **Speed**: the target's median steps/sec over the reference's, each over its own steps past warm-up (the rule
-   of :mod:`..logs.rates`, the one summary.json and ``ascend-tune perf`` use).
+   of :mod:`..logs.rates`, the one summary.json and ``ascend-tune perf`` use), with the 95% interval their
+   windows' scatter leaves (:func:`..logs.rates.speed_ratio`).
 
 :func:`verdict_lines` says the three in three lines (the demo prints them; the page opens with them).
 """
@@ -19,6 +20,7 @@ from ...errors import InputError
 from ...formats.run_dir import DUMP_DIR
 from ..logs.compare import LossComparison
 from ..logs.model import LossLog
+from ..logs.rates import SpeedRatio, speed_ratio
 from ..logs.throughput import RunThroughput, run_throughput, steps_warmup
 
 
@@ -41,8 +43,12 @@ class Alignment:
     baseline: str
     log: LossLog
     throughput: RunThroughput
-    speed_ratio: Optional[float]  # target median steps/sec / reference median steps/sec
+    speed: Optional[SpeedRatio]  # target median steps/sec / reference median steps/sec, with its interval
     dumps: Optional[DumpPair]  # None when neither run has a dump folder
+
+    @property
+    def speed_ratio(self) -> Optional[float]:
+        return self.speed.ratio if self.speed is not None else None
 
 
 def align(run: str, baseline: str, baseline_log: LossLog, target_throughput: RunThroughput) -> Alignment:
@@ -56,8 +62,8 @@ def align(run: str, baseline: str, baseline_log: LossLog, target_throughput: Run
     """
     rates = run_throughput_of(baseline_log)
     ratio = None
-    if rates.steps_per_sec and target_throughput.steps_per_sec and rates.steps_per_sec.median > 0:
-        ratio = target_throughput.steps_per_sec.median / rates.steps_per_sec.median
+    if rates.steps_per_sec and target_throughput.steps_per_sec:
+        ratio = speed_ratio(rates.steps_per_sec, target_throughput.steps_per_sec)
     base_dir = baseline if os.path.isdir(baseline) else os.path.dirname(os.path.abspath(baseline))
     return Alignment(baseline, baseline_log, rates, ratio, compare_step_dumps(base_dir, run))
 
@@ -139,10 +145,11 @@ def verdict_lines(comparison: Optional[LossComparison], alignment: Optional[Alig
         f = dumps.comparison.first
         where = f", called at {frame_text(f.stack[0])}" if f.stack else ""
         first = f"first divergence at step {dumps.step}: {f.op} ({f.kind}: {f.reason}){where}"
-    if alignment is None or alignment.speed_ratio is None:
+    if alignment is None or alignment.speed is None:
         speed = "speed: no steps/sec to compare"
     else:
-        t = alignment.speed_ratio
+        s = alignment.speed
         base = alignment.throughput.steps_per_sec.median
-        speed = f"speed: {t:.2f}x the reference (median {t * base:.2f} vs {base:.2f} steps/sec)"
+        speed = (f"speed: {s.text()} the reference, {s.verdict()} (median {s.ratio * base:.2f} vs {base:.2f} "
+                 "steps/sec)")
     return loss, first, speed

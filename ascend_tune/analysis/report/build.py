@@ -48,7 +48,7 @@ class RunReport:
     alignment: Optional[Alignment] = None  # the reference's side, with a baseline
     replays: tuple = field(default=())  # analysis.dumps.replay.ReplayReport, by step then rank
     ranks: Any = None  # .ranks.RanksReport of a multi-rank run
-    trace_comparison: Any = None  # analysis.trace_compare.compare.TraceComparison: the baseline's traces vs the run's
+    trace_comparison: Any = None  # analysis.traces.compare.TraceComparison: the baseline's traces vs the run's
 
     @property
     def linked_steps(self) -> set:

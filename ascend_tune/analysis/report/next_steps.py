@@ -34,9 +34,16 @@ def verdict(report: RunReport) -> str:
         if first is not None:
             return f"the loss is off: start at {first.op}, the first op the dumps disagree on"
         return "the loss is off: dump one step in both runs to find the first op that differs"
-    if a.speed_ratio is not None and a.speed_ratio < 1:
+    if a.speed is not None and a.speed.slower:
+        worth = [f for f in report.advice.findings if f.severity != "info"] if report.advice is not None else []
+        if worth:
+            return f"the loss agrees and this run is slower: apply the advisor's first finding ({worth[0].title})"
+        if report.traces:
+            return "the loss agrees and this run is slower: read where the time goes, below"
         return "the loss agrees and this run is slower: profile it (profile=True) and apply the advisor's findings"
-    return "the two runs agree and this one is as fast: nothing to fix"
+    if a.speed is not None and not a.speed.known and a.speed.ratio < 1:
+        return "the loss agrees; log more steps to tell whether this run is slower (under 3 steady log lines)"
+    return "the two runs agree and this one is as fast within the runs' own scatter: nothing to fix"
 
 
 def run(report: RunReport) -> str:
@@ -61,12 +68,12 @@ def loss(report: RunReport) -> str:
 
 def throughput(report: RunReport) -> str:
     a = report.alignment
-    slow = a is not None and a.speed_ratio is not None and a.speed_ratio < 1
+    slow = a is not None and a.speed is not None and a.speed.slower
     if slow:
         return "read the advisor's findings below" if report.traces else \
             "profile this run (profile=True) to see where its steps go"
-    if a is not None and a.speed_ratio is not None:
-        return "this run is as fast as the reference's median: nothing to do for speed"
+    if a is not None and a.speed is not None:
+        return "this run is as fast as the reference within the runs' own scatter: nothing to do for speed"
     if report.traces:
         return "read the advisor's findings below for what would make the steps faster"
     return "set these steps/sec beside the reference's: ascend-tune perf RUN REFERENCE"
@@ -80,7 +87,9 @@ def divergence(report: RunReport) -> str:
         return "dump the same step in both runs"
     first = dumps.comparison.first
     if first is None:
-        return "the dumped step agrees op by op; if the loss still parts, dump a later step"
+        mixed = dumps.comparison.mixed_precision()
+        within = f" within {mixed[1]}'s precision" if mixed else ""
+        return f"the dumped step agrees op by op{within}; if the loss still parts, dump a later step"
     return (f"read {first.op} at its first user frame; for tensor-level metrics dump that step with task='tensor' in "
             "both runs and run ascend-tune compare-dump")
 
@@ -132,8 +141,11 @@ def replay(report: RunReport) -> str:
     if report.comparison is None or report.comparison.aligned:
         return "no kernel computes wrongly at the replayed steps: nothing to fix there"
     first = first_divergence(report)
-    if first is not None and "dtype " in first.reason:
-        return (f"no kernel computes wrongly for its dtype: the runs part through the dtype this run computes in, "
-                f"from {first.op} on; run those ops in the reference's dtype to see whether the gap closes")
+    dumps = report.alignment.dumps if report.alignment is not None else None
+    mixed = dumps.comparison.mixed_precision() if dumps is not None and dumps.comparison is not None else None
+    if first is None and mixed:
+        return (f"no kernel computes wrongly for its dtype and the dumped step agrees within {mixed[1]}'s precision: "
+                f"the runs part over the later steps, through their settings or {mixed[1]}'s rounding compounding; "
+                f"compare the runs' settings, then train the reference in {mixed[1]} to see whether the gap closes")
     return ("no kernel computes wrongly at the replayed steps: the gap comes from what the runs do differently "
             "(data, settings, the calls the replay skipped)")

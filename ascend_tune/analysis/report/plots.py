@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ...errors import ConfigError
-from ...formats.atomic import make_folder, write_atomic
+from ...formats.writing import make_folder, write_atomic
 from ..logs.compare import LossComparison
 from ..logs.model import LossLog
-from ..trace_compare.kinds import KIND_NAMES
+from ..traces.vocabulary import KIND_NAMES
 from . import time_section
 
 if TYPE_CHECKING:
@@ -26,7 +26,7 @@ LOSS_GAPS = "loss_gap_curves.png"
 
 
 def plot_loss_comparison(result: LossComparison, out_dir: str) -> tuple:
-    """Write the seed's two plots for ``result`` into ``out_dir``: the two curves, and the gap per step.
+    """Write the guide's two plots for ``result`` into ``out_dir``: the two curves, and the gap per step.
 
     Returns the two paths. Existing files are replaced (the caller decides whether that is allowed).
     """
@@ -41,7 +41,7 @@ def plot_loss_comparison(result: LossComparison, out_dir: str) -> tuple:
 
 
 def loss_comparison_pngs(result: LossComparison) -> dict:
-    """The seed's two plots of ``result`` as PNG bytes: ``{LOSS_CURVES: curves, LOSS_GAPS: gap per step}``."""
+    """The guide's two plots of ``result`` as PNG bytes: ``{LOSS_CURVES: curves, LOSS_GAPS: gap per step}``."""
     Figure, Canvas = _matplotlib()
     x = result.steps
     xlabel = "step" if result.align == "step" else "log line (base step)"
@@ -137,7 +137,7 @@ def steps_per_sec_png(runs: list) -> bytes:
 
 
 def report_images(report: RunReport) -> dict:
-    """The report's plots as PNG bytes by caption: the loss curve, or with a baseline the seed's two plots, then
+    """The report's plots as PNG bytes by caption: the loss curve, or with a baseline the guide's two plots, then
     steps/sec over steps (of both runs with a baseline).
 
     Empty without matplotlib (the page is then text only).
@@ -165,7 +165,7 @@ def report_images(report: RunReport) -> dict:
 def time_by_kind_png(comparison: Any) -> bytes:
     """A stacked horizontal bar per run (reference, this run): its median profiled step's ms by kind.
 
-    comparison: an ``analysis.trace_compare.compare.TraceComparison``.
+    comparison: an ``analysis.traces.compare.TraceComparison``.
     """
     Figure, Canvas = _matplotlib()
     fig = Figure(figsize=(9, 2.8), dpi=100)

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple, Optional
 
 import numpy as np
 
-from ...formats.atomic import write_atomic
+from ...formats.writing import write_atomic
 from ..logs.compare import LossComparison
 from ..logs.throughput import RunThroughput
 from . import next_steps, time_section
@@ -140,9 +140,9 @@ def _sections(report: RunReport, dump_csv: Optional[str] = None) -> list:
                            figures=("loss curves", "loss gap", "grad norms")))
     out.append(_throughput_section(report, s))
     if report.trace_comparison is not None:
-        rows, table = time_section.section_rows(report.trace_comparison)
-        out.append(Section(time_section.TITLE, rows, report.trace_comparison.next_action, table=table,
-                           figures=(time_section.FIGURE,)))
+        rows, table, next_line = time_section.section_rows(report.trace_comparison, report.alignment,
+                                                           report.throughput)
+        out.append(Section(time_section.TITLE, rows, next_line, table=table, figures=(time_section.FIGURE,)))
     if report.ranks is not None:
         r = report.ranks
         out.append(Section("Ranks", r.answers(), r.next_step(), table=(list(HEADER), [list(row) for row in r.rows])))
@@ -165,8 +165,9 @@ def _throughput_section(report: RunReport, summary: dict) -> Section:
     if a is not None:
         header = ("run", "log lines", "warm-up lines", "median", "mean", "p10", "p90")
         table = (header, [_rate_row("reference", a.throughput), _rate_row("this run", report.throughput)])
-        if a.speed_ratio is not None:
-            rows.insert(0, f"this run is {a.speed_ratio:.2f}x the reference's median steps/sec")
+        if a.speed is not None:
+            rows.insert(0, f"this run is {a.speed.text()} the reference's median steps/sec: {a.speed.verdict()} "
+                           "(the interval: each median's standard error from its windows' scatter)")
     return Section("Throughput", rows, next_steps.throughput(report), table, figures=("steps/sec",))
 
 
@@ -190,6 +191,12 @@ def _divergence_rows(dumps: Optional[DumpPair], dump_csv: Optional[str]) -> list
         rows.append(f"every row: {{file:{dump_csv}}}")
     first = result.first
     if first is None:
+        mixed = result.mixed_precision()
+        if mixed:
+            judged = (f" ({result.errors_judged} rows msprobe's rules call an error only for their dtype or a value "
+                      "rule: judged by value here)" if result.errors_judged else "")
+            return rows + [f"no op diverges: this run computes in {mixed[1]} where the reference has {mixed[0]}, "
+                           f"and every op is within what {mixed[1]}'s rounding and its inputs explain{judged}"]
         return rows + ["no op diverges beyond its dtype's tolerance"]
     rows.append(f"first diverging op: {first.op} ({first.kind}): {first.reason}")
     if first.parent:

@@ -3,7 +3,7 @@ torch_npu's string-``ts`` traces.
 
 Perfetto rejects a ``trace_view.json`` whose ``ts`` are strings (torch_npu's ``convert_ns2us_str``;
 Ascend/pytorch#133), so ``scan_traces`` writes a copy, ``trace_view.perfetto.json``, with every ``ts`` (and
-``dur``) a number. Traces are found by ``traces.find`` and read by ``traces.load``; standard library only.
+``dur``) a number. Traces are found by ``traces.find`` and read by ``traces.files``; standard library only.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ...errors import InputError
-from ...formats.atomic import make_folder, write_json_atomic
+from ...formats.writing import make_folder, write_json_atomic
+from .files import TraceFile, load_trace_file
 from .find import find_traces, trace_rank
-from .load import TraceFile, load_trace_file
-from .model import STEP_NAME
+from .read import STEP_NAME
 
 NORMALISED_SUFFIX = ".perfetto.json"
 

@@ -68,12 +68,12 @@ class SlowRank:
     last: dict  # rank -> meetings at which it arrived last
     slow: Optional[int]
     test: str
-    spread: dict  # field -> (max - min) / mean over the ranks, msprof-analyze's "more than 5%" check
+    imbalance: dict  # field -> (max - min) / mean over the ranks, msprof-analyze's "more than 5%" check
 
     def as_dict(self) -> dict:
         """JSON-ready (perf --json's ``traces`` of one run)."""
         return {"slow_rank": self.slow, "answer": self.answer(), "meetings": self.meetings, "test": self.test,
-                "arrived_last": {str(r): n for r, n in self.last.items()}, "spread": self.spread,
+                "arrived_last": {str(r): n for r, n in self.last.items()}, "imbalance": self.imbalance,
                 "ranks": [{"rank": r.rank, "traces": r.traces, "timeline": r.timeline, "steps": len(r.steps),
                            "error": r.error or None,
                            **{f"{f}_us": r.total(f) for f in ("compute", "communication", "overlapped", "free")}}
@@ -109,7 +109,7 @@ def rank_traces(path: str) -> dict:
 
 def rank_trace(task: tuple) -> RankTrace:
     """One rank's :class:`RankTrace` from its trace files (run in a worker)."""
-    from .model import read_trace
+    from .read import read_trace
 
     rank, paths = task
     steps, collectives, timeline = [], [], "host"
@@ -188,8 +188,9 @@ def slow_rank(path: str, jobs: Optional[int] = None) -> Optional[SlowRank]:
     test += f"; arriving last at {last.get(candidate, 0)} of {len(everyone)} by chance: p = {chance:.2g}"
     sure = (low is not None and low.significant) or chance < 1 - CONFIDENCE
     named = candidate is not None and sure and last.get(candidate, 0) * 2 > len(everyone)
-    spread = {}
+    imbalance = {}
     for field in ("compute", "communication", "free"):
         values = np.array([r.total(field) for r in readable])
-        spread[field] = float((values.max() - values.min()) / values.mean()) if values.size and values.mean() else 0.0
-    return SlowRank(path, ranks, len(everyone), last, candidate if named else None, test, spread)
+        mean = values.mean() if values.size else 0.0
+        imbalance[field] = float((values.max() - values.min()) / mean) if mean else 0.0
+    return SlowRank(path, ranks, len(everyone), last, candidate if named else None, test, imbalance)

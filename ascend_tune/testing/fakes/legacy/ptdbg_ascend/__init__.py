@@ -1,4 +1,4 @@
-"""Fake ``ptdbg_ascend`` (v4.x, the seed's debugger; never on PyPI) for CPU-only tests.
+"""Fake ``ptdbg_ascend`` (v4.x, the guide's debugger; never on PyPI) for CPU-only tests.
 
 Same import path and signatures as the real ``ptdbg_ascend.debugger.precision_debugger.PrecisionDebugger`` and
 ``DebuggerConfig`` (Ascend/att ``debug/accuracy_tools/ptdbg_ascend``): a process singleton with

@@ -15,18 +15,13 @@ from dataclasses import replace
 from typing import Optional, Union
 
 from ...errors import InputError
-from ..advisor.rules.dataloader import slow_dataloader
-from ..advisor.rules.dispatch import dispatch_bound
-from ..advisor.rules.optimizer import unfused_optimizer
-from ..advisor.rules.shapes import dynamic_shapes
-from ..advisor.rules.sync import host_syncs
-from ..traces.find import TRACE_PATTERNS, find_traces, trace_rank
-from ..traces.model import Trace, read_trace
+from ..advisor.rules import RULE_OF_KIND, first_fix
 from .compare import NOISE_FLOOR, TraceComparison, compare_sides, side_of
-from .kinds import DATA, HOST_SYNC, OPTIMIZER
+from .find import TRACE_PATTERNS, find_traces, trace_rank
+from .model import Trace
+from .read import read_trace
 
 PathLike = Union[str, os.PathLike]
-_RULE_OF_KIND = {OPTIMIZER: unfused_optimizer, HOST_SYNC: host_syncs, DATA: slow_dataloader}
 
 
 def compare_traces(base: PathLike, target: PathLike, step: Optional[int] = None,
@@ -84,7 +79,7 @@ def choose_top(comparison: TraceComparison):
     tops = {level: comparison.top_of(level) for level in ("kind", "module", "op")}
     tops = {level: row for level, row in tops.items() if row is not None and row.beyond_noise}
     kind = tops.get("kind")
-    if kind is not None and kind.name in _RULE_OF_KIND:
+    if kind is not None and kind.name in RULE_OF_KIND:
         return kind
     module = tops.get("module")
     if module is not None and not module.name.startswith("("):
@@ -99,13 +94,9 @@ def next_action(comparison: TraceComparison, top, target: Trace) -> str:
         if comparison.slower:
             return "the gap is spread thin: compare the kind rows, and profile more steps to lower the noise"
         return "nothing to do for speed; compare more steps (--step N) if a single step matters"
-    rules = [_RULE_OF_KIND[top.name]] if top.level == "kind" and top.name in _RULE_OF_KIND else []
-    rules += [dispatch_bound, dynamic_shapes]
-    for rule in rules:
-        findings = [f for f in rule(target) if f.severity != "info"]
-        if findings:
-            fix = findings[0].fix.splitlines()[0]
-            return f"{findings[0].title} ({findings[0].rule}): {fix}"
+    found = first_fix(target, top.name if top.level == "kind" else None)
+    if found is not None:
+        return f"{found.title} ({found.rule}): {found.fix.splitlines()[0]}"
     where = {"module": f"module {top.name}", "op": f"op {top.name}", "kind": f"the {top.name} kind"}[top.level]
     return (f"profile {where} on the target with torch.profiler(record_shapes=True, with_stack=True) and compare "
             "its ops' shapes and counts with the base's (`ascend-tune compare-trace --step N`)")

@@ -1,4 +1,4 @@
-"""Where one trace's steps spend their time, at three levels: module, op and kind (:mod:`.kinds`).
+"""Where one trace's steps spend their time, at three levels: module, op and kind (:data:`.vocabulary.KINDS`).
 
 One pass over the trace labels every host event (ops, annotations, Python frames, runtime calls) with its module,
 its op and its kind, inherited from the enclosing event where it has none of its own; a step is then the sum of
@@ -21,8 +21,8 @@ from collections import Counter
 from dataclasses import dataclass
 
 from ...formats.trace_names import module_scope_path
-from ..traces.model import Step, Trace
-from .kinds import COMPUTE_KINDS, DATA, HOST_SYNC, IDLE, OPTIMIZER, OUTSIDE, compute_kind, context_kind
+from .model import Step, Trace
+from .vocabulary import COMPUTE_KINDS, DATA, HOST_SYNC, IDLE, OPTIMIZER, OUTSIDE, compute_kind, context_kind
 
 LEVELS = ("module", "op", "kind")
 OUTSIDE_LABEL = {"module": "(outside any module)", "op": "(outside any op)", "kind": OUTSIDE}

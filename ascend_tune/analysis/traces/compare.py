@@ -27,8 +27,8 @@ from typing import Optional
 from ...errors import InputError
 from ..defaults import TRACE_NOISE_FLOOR, TRACE_THRESHOLD
 from ..stats import robust_spread
-from ..traces.model import Trace
 from .attribute import LEVELS, OUTSIDE_LABEL, label_events, step_rows
+from .model import Trace
 
 NOISE_SIGMAS = 3.0
 # of the base's median step: what two runs of identical code differ by on a quiet machine, where the steps within one

@@ -1,6 +1,6 @@
-"""The comparison as files and text: ``trace_compare.csv`` (every row), ``trace_compare.json`` (the same and the
-verdict) and the terminal's text (the verdict, the kinds, the top rows of each level, one-run-only ops, the top
-contributor's line)."""
+"""compare-trace's comparison as files and text, and perf's slow-rank lines: ``trace_compare.csv`` (every row),
+``trace_compare.json`` (the same and the verdict) and the terminal's text (the verdict, the kinds, the top rows of
+each level, one-run-only ops, the top contributor's line)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import csv
 import io
 import os
 
-from ...formats.atomic import make_folder, refuse_existing, write_atomic, write_json_atomic
+from ...formats.writing import make_folder, refuse_existing, write_atomic, write_json_atomic
 from .compare import UNATTRIBUTED, RunSide, TraceComparison
+from .ranks import SlowRank
 
 TRACE_COMPARE_CSV = "trace_compare.csv"
 TRACE_COMPARE_JSON = "trace_compare.json"
@@ -100,3 +101,19 @@ def render_text(result: TraceComparison, top: int = 10) -> str:
     lines.append("")
     lines.append(result.top_line())
     return "\n".join(lines) + "\n"
+
+
+def slow_rank_lines(found: SlowRank) -> list:
+    """perf on a multi-rank run with traces of every rank: per rank compute / communication / free, the answer."""
+    lines = [f"traces by rank ({found.location}; ms summed over the profiled steps)",
+             f"{'rank':>6} {'steps':>6} {'compute':>9} {'comm':>9} {'overlap':>9} {'free':>9} {'last':>5}"]
+    for r in found.ranks:
+        if r.error:
+            lines.append(f"{r.rank:>6} unreadable: {r.error}")
+            continue
+        cells = " ".join(f"{r.total(f) / 1e3:>9.2f}" for f in ("compute", "communication", "overlapped", "free"))
+        lines.append(f"{r.rank:>6} {len(r.steps):>6} {cells} {found.last.get(r.rank, 0):>5}")
+    imbalance = ", ".join(f"{k} {v:.0%}" for k, v in found.imbalance.items())
+    lines.append(f"  imbalance across ranks (max - min over mean; over 5% suggests a slow rank): {imbalance}")
+    lines.append(f"  {found.answer()}")
+    return lines
