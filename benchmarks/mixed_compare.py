@@ -82,7 +82,7 @@ def main() -> int:
         counted = subprocess.run([sys.executable, "-c", COUNT, target], capture_output=True, text=True, env=_env(),
                                  timeout=600).stdout.split()
         t, s = statistics.median(times["tensor"]), statistics.median(times["statistics"])
-        print(f"compare-dump, fp32 reference vs bfloat16 autocast target (small GPT, step 0, level mix, builtin):")
+        print("compare-dump, fp32 reference vs bfloat16 autocast target (small GPT, step 0, level mix, builtin):")
         print(f"  statistics mode: {s:.2f} s, peak RSS {statistics.median(rss['statistics']):.0f} MiB")
         print(f"  tensor mode, each run's ops evaluated again from their own inputs ({counted[0]} of {counted[1]} "
               f"forward API calls): {t:.2f} s, peak RSS {statistics.median(rss['tensor']):.0f} MiB")

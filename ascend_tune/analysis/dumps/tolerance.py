@@ -21,8 +21,11 @@ statistics that under-read an element's difference (a Max moves less than the el
 of a coarser dtype than the output carries at least one of its roundings (:func:`unseen`). Ops that
 divide, normalise or take a sign (:data:`AMPLIFYING`: AdamW's ``addcdiv_`` divides by ``sqrt(v)``, which is about
 ``|grad|``, so gradients that agree to 1e-7 give updates that differ by 1e-4) amplify without a bound statistics can
-give: beyond their kernel tolerance, with inputs that differ, they are **uncertain**, not a divergence. An op whose
-inputs agree exactly is held to its kernel tolerance alone: a fault in the op itself is always named.
+give: beyond their kernel tolerance, with inputs that differ, they are **uncertain**, not a divergence; so is a
+backward whose gradient a comparison routes (:data:`SELECTING`: ReLU, max pooling). A sum of one input's terms (a
+reduction, a weight's or a bias's gradient, :func:`summed_terms`) carries up to all its terms' errors. Two
+floating dtypes compare by value within the coarser one (:func:`is_float`, :func:`coarser`). An op whose inputs
+agree exactly is held to its kernel tolerance alone: a fault in the op itself is always named.
 
 **A replayed call** (task="replay", :mod:`.replay`) is judged against float64 by :data:`STANDARDS`, per dtype: the
 rounding of a correct kernel, one to two orders of magnitude wide.
