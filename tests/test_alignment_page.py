@@ -17,7 +17,7 @@ from ascend_tune import TrainingMonitor
 from ascend_tune.cli import main
 from ascend_tune.testing.models import TinyMLP, synthetic_classification
 
-SECTIONS = ("Verdict", "Run", "Loss against the baseline", "Throughput", "Where the time goes",
+SECTIONS = ("Same experiment?", "Verdict", "Run", "Loss against the baseline", "Throughput", "Where the time goes",
             "First divergence (precision dumps)",
             "Profiler traces and advice", "Tuning", "Dynamic shapes", "Precision dumps", "Replay on the CPU in float64")
 DUMP = dict(task="statistics", level="mix", steps=[0])

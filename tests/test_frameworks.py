@@ -79,6 +79,10 @@ def test_hf_trainer_one_line_per_optimizer_step_with_its_logged_loss(tmp_path, a
     assert summary["steps"] == STEPS and summary["steps_from"]["kind"] == "optimizer"
     assert result.training_loss == ref_result.training_loss  # the training numbers are the user's own
     assert all(torch.equal(a, b) for a, b in zip(params, ref_params))
+    # config.json holds the optimizer the Trainer built (its scheduler leaves the base lr as initial_lr)
+    config = json.loads((tmp_path / "mon" / "config.json").read_text())
+    group = config["optimizer"]["param_groups"][0]
+    assert config["optimizer"]["class"] == "AdamW" and group["initial_lr"] == trainer.args.learning_rate
 
 
 # --- Lightning ---------------------------------------------------------------------------------------------------
@@ -138,3 +142,5 @@ def test_lightning_one_line_per_optimizer_step_with_the_mean_micro_batch_loss(tm
         assert math.isclose(r["loss"], want, rel_tol=1e-6)
     assert micro == reference.micro_losses
     assert all(torch.equal(a, b) for a, b in zip(model.parameters(), reference.parameters()))
+    config = json.loads((tmp_path / "config.json").read_text())  # the optimizer configure_optimizers built
+    assert config["optimizer"]["class"] == "Adam" and config["optimizer"]["param_groups"][0]["lr"] == 1e-2

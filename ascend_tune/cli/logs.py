@@ -61,6 +61,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
 
 def _compare_loss(args: argparse.Namespace) -> int:
     """Compare two runs' loss curves (gap numbers, verdict, plots)."""
+    from ..analysis.experiment import render
+    from ..analysis.experiment.compare import compare_runs
     from ..analysis.logs import compare, read
     from ..analysis.logs.render import failed_rules, loss_lines
     from ..analysis.report import plots
@@ -77,10 +79,15 @@ def _compare_loss(args: argparse.Namespace) -> int:
     result = compare.compare_loss(base, target, args.threshold, args.align, references, args.noise_floor)
     if args.plot:
         written = plots.plot_loss_comparison(result, args.plot)
+    settings = compare_runs(args.base, args.target)
     if args.json:
-        print(json_text(dict(result.as_dict(), plots=list(written), read=[base.as_dict(), target.as_dict()])))
+        print(json_text(dict(result.as_dict(), plots=list(written), read=[base.as_dict(), target.as_dict()],
+                             config_differences=None if settings is None else
+                             [d.as_dict() for d in settings.differences if d.severity == "error"])))
     else:
         print_lines(loss_lines(result, written, (base, target), args.rule))
+        if settings is not None and not settings.same_experiment:
+            print(f"  next: {render.verdict(settings)} (ascend-tune compare-config {args.base} {args.target})")
     return 1 if failed_rules(result, args.rule) else 0
 
 

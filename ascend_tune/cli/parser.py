@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 from typing import NoReturn
 
-from . import advise, demo, dumps, health, logs, report, run, shapes, trace_compare, traces
+from . import advise, demo, dumps, experiment, health, logs, report, run, shapes, trace_compare, traces
 
 # Each module has add_commands(subparsers) and imports nothing heavy at module level, so --help stays fast.
 # The order is the order of `ascend-tune --help`.
-COMMAND_MODULES: tuple = (run, demo, traces, logs, dumps, shapes, health, advise, trace_compare, report)
+COMMAND_MODULES: tuple = (run, demo, traces, logs, experiment, dumps, shapes, health, advise, trace_compare, report)
 
 DESCRIPTION = "``ascend-tune``: thin subcommands over the package. Exit 0 = pass, 1 = a check failed, 2 = bad input."
 

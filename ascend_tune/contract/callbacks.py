@@ -61,12 +61,14 @@ class Callback:
 # (its Callback and build_callback(value, ctx), which returns the callback or None when the feature is off; ctx is
 # the RunContext without features), its work modules. A new feature is one package and one entry here. Each
 # build_callback reads its own environment switch (ASCEND_TUNE_PROFILE, ...) when the option is not given. The
-# order is the order of on_enter and of every step event: profile and precision only prepare at on_enter (nothing
+# order is the order of on_enter and of every step event: experiment first, so its reads of the first step (the
+# initial weights) come before a dump or a trace starts; profile and precision only prepare at on_enter (nothing
 # is hooked before a selected step begins); seed then seeds, so that tune's probes, which draw no random numbers,
 # run after it and the user's first batch draws the seeded stream; shapes comes late because it checks the
 # precision feature it would run beside (ctx.feature("precision")); health comes last: it arms the precision
 # feature's dump after a spike, and its module hook sees the steps the others have prepared.
 FEATURES: dict = {
+    "experiment": "ascend_tune.experiment",
     "profile": "ascend_tune.profiling",
     "precision": "ascend_tune.precision",
     "seed": "ascend_tune.seed",

@@ -47,6 +47,7 @@ class RunContext:
             features are being built, filled for ``on_enter`` and after.
         outputs: the run's one fail-soft write path: every file a feature writes goes through it (an ``OSError``
             costs that output, warned once and listed in summary.json's ``outputs_failed``, never the run).
+        loader, scaler: the ``train_loader`` and the GradScaler passed to the monitor, or None.
         batches: the sample indices of the batches the passed loader hands out
             (:class:`~ascend_tune.runtime.capture.BatchIndices`, off until a feature starts it), or None.
     """
@@ -62,6 +63,8 @@ class RunContext:
     features: Mapping = field(default_factory=lambda: MappingProxyType({}))
     outputs: Outputs = field(default_factory=Outputs)
     batches: Any = None
+    loader: Any = None  # the train_loader passed to the monitor, or None
+    scaler: Any = None  # the GradScaler passed to the monitor, or None
 
     @property
     def log_dir(self) -> str:

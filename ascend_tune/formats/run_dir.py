@@ -4,6 +4,7 @@
 log_dir/
   log.txt  metrics.jsonl  summary.json        the step clock (rank 0)
   rank{R}/metrics.jsonl                       every rank, when there are several
+  config.json                                 the settings that change the numbers (compare-config)
   tuning.json  shapes.csv                     tuning and the dynamic-shape detector
   profile/[rank{R}/]...  advice.html          profiler traces, the advisor's page
   report.html  report.md                      `ascend-tune report`'s page and its markdown twin
@@ -28,6 +29,7 @@ LOG_TXT = "log.txt"
 METRICS_JSONL = "metrics.jsonl"
 SUMMARY_JSON = "summary.json"
 TUNING_JSON = "tuning.json"
+CONFIG_JSON = "config.json"  # the experiment= feature: the settings that change the run's numbers
 SHAPES_CSV = "shapes.csv"
 OVERFLOW_JSON = "overflow.json"
 ADVICE_HTML = "advice.html"

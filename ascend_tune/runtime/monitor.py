@@ -335,7 +335,7 @@ class TrainingMonitor:
             run_dir=self.run_dir, rank=self.rank, world_size=self.world_size, start_step=self.start_step,
             device=self.device, models=self._models,
             optimizer=self.optimizer, events=self._events, features=MappingProxyType(features),
-            outputs=self._outputs, batches=self._batches,
+            outputs=self._outputs, batches=self._batches, loader=self.train_loader, scaler=self.scaler,
         )
 
     def _on_step_end(self, step: int) -> None:

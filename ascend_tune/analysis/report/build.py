@@ -49,6 +49,7 @@ class RunReport:
     replays: tuple = field(default=())  # analysis.dumps.replay.ReplayReport, by step then rank
     ranks: Any = None  # .ranks.RanksReport of a multi-rank run
     trace_comparison: Any = None  # analysis.traces.compare.TraceComparison: the baseline's traces vs the run's
+    settings: Any = None  # analysis.experiment.compare.ConfigComparison: the two runs' config.json, or None
 
     @property
     def linked_steps(self) -> set:
@@ -92,8 +93,11 @@ def build_report(run: str, baseline: Optional[str] = None, threshold: float = LO
         notes.append(f"all {log.lines} log lines fall in the {rates.warmup.steps}-step warm-up; "
                      "throughput is over all of them")
         rates = run_throughput(log, steps_warmup(log, 0))
-    comparison = alignment = None
+    comparison = alignment = settings = None
     if baseline:
+        from ..experiment.compare import compare_runs as compare_settings
+
+        settings = compare_settings(baseline, run)
         reference = read_log(baseline, **(baseline_reading or {}))
         comparison = compare_loss(reference, log, threshold=threshold)
         alignment = align(run, baseline, reference, rates)
@@ -123,7 +127,7 @@ def build_report(run: str, baseline: Optional[str] = None, threshold: float = LO
         tuning=_json_file(os.path.join(run, TUNING_JSON)), shapes=_shapes(os.path.join(run, SHAPES_CSV)),
         traces=tuple(traces), advice=advice, dump_steps=dump_steps, overflows=overflows, notes=tuple(notes),
         alignment=alignment,
-        replays=replays, trace_comparison=trace_comparison,
+        replays=replays, trace_comparison=trace_comparison, settings=settings,
         ranks=ranks_report(run, jobs),
     )
 

@@ -24,9 +24,20 @@ def _dumps_compared(report: RunReport) -> bool:
     return dumps is not None and dumps.comparison is not None
 
 
+def settings(report: RunReport) -> str:
+    errors = report.settings.beyond_precision()
+    if errors:
+        return (f"make {errors[0].key} the same in both runs (ascend-tune compare-config lists every difference), "
+                "then compare again: no op is worth chasing before")
+    return "the same settings: a gap below comes from the device, the kernels or the dtype"
+
+
 def verdict(report: RunReport) -> str:
     c, a = report.comparison, report.alignment
     first = first_divergence(report)
+    if report.settings is not None and report.settings.beyond_precision():
+        return (f"the runs are not the same experiment ({report.settings.beyond_precision()[0].key} differs): make "
+                "the settings the same before any dump or op")
     if c is not None and c.aligned and c.beyond_noise:
         return ("the loss gap is under 5% but persists beyond the runs' own noise: compare the two runs' settings "
                 "(learning rate, schedule, weight decay, seeds) before any op")
@@ -89,6 +100,9 @@ def divergence(report: RunReport) -> str:
     if first is None:
         mixed = dumps.comparison.mixed_precision()
         within = f" within {mixed[1]}'s precision" if mixed else ""
+        if dumps.comparison.uncertain and dumps.comparison.mode == "statistics":
+            return (f"no op of the dumped step diverges{within}; to decide the uncertain op(s), dump that step with "
+                    "task='tensor' in both runs and run ascend-tune compare-dump")
         return f"the dumped step agrees op by op{within}; if the loss still parts, dump a later step"
     return (f"read {first.op} at its first user frame; for tensor-level metrics dump that step with task='tensor' in "
             "both runs and run ascend-tune compare-dump")

@@ -16,6 +16,7 @@ from typing import Any, NamedTuple, Optional
 import numpy as np
 
 from ...formats.writing import write_atomic
+from ..experiment.render import page_rows
 from ..logs.compare import LossComparison
 from ..logs.throughput import RunThroughput
 from . import next_steps, time_section
@@ -120,6 +121,8 @@ def _sections(report: RunReport, dump_csv: Optional[str] = None) -> list:
     """The page's :class:`Section` objects; a row may hold ``{step:N}`` markers that become links to the table."""
     s = report.summary or {}
     out = []
+    if report.settings is not None:
+        out.append(Section("Same experiment?", page_rows(report.settings), next_steps.settings(report)))
     if report.alignment is not None:
         out.append(Section("Verdict", list(verdict_lines(report.comparison, report.alignment)),
                            next_steps.verdict(report)))
@@ -195,9 +198,17 @@ def _divergence_rows(dumps: Optional[DumpPair], dump_csv: Optional[str]) -> list
         if mixed:
             judged = (f" ({result.errors_judged} rows msprobe's rules call an error only for their dtype or a value "
                       "rule: judged by value here)" if result.errors_judged else "")
-            return rows + [f"no op diverges: this run computes in {mixed[1]} where the reference has {mixed[0]}, "
-                           f"and every op is within what {mixed[1]}'s rounding and its inputs explain{judged}"]
-        return rows + ["no op diverges beyond its dtype's tolerance"]
+            every = "every op" if not result.uncertain else "every other op"
+            rows.append(f"no op diverges: this run computes in {mixed[1]} where the reference has {mixed[0]}, and "
+                        f"{every} is within what {mixed[1]}'s rounding and its inputs explain{judged}")
+        else:
+            rows.append("no op diverges beyond its dtype's tolerance")
+        if result.uncertain:
+            u = result.uncertain[0]
+            rows.append(f"{len(result.uncertain)} op(s) uncertain: beyond what the statistics can clear where their "
+                        f"inputs already differed, not shown to be wrong (first {u.op}: {u.error:.3g} against "
+                        f"{u.tolerance:.3g}, its inputs carried {u.carried:.3g}); a tensor dump of the step decides")
+        return rows
     rows.append(f"first diverging op: {first.op} ({first.kind}): {first.reason}")
     if first.parent:
         rows.append(f"inside {first.parent}")

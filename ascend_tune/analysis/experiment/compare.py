@@ -1,0 +1,225 @@
+"""Two runs' config.json compared: the differences that change numbers first (``error``), then those that may
+(``warning``), then the natural ones of two devices (``info``).
+
+Keys are dotted paths (``optimizer.param_groups.0.lr``); a list of numbers (Adam's betas) is one value. Each key's
+severity is the first rule of :data:`RULES` whose prefix it starts with. The initial weights and the first
+batches are compared as one difference each, however many parameters or tensors differ (a seed changes them all),
+within :data:`STATISTICS_RTOL` (two devices compute their statistics in other orders). An environment variable
+with a counterpart on the other device (:data:`COUNTERPARTS`: ``NCCL_DETERMINISTIC`` and ``HCCL_DETERMINISTIC``)
+is compared by meaning: the same value under the two names is the same setting (``info``), set on one side only a
+difference. Standard library only.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Optional
+
+SEVERITIES = ("error", "warning", "info")
+STATISTICS_RTOL = 1e-3  # initial weights / batch statistics: two devices' reductions, one seed
+GROUPED = ("weights", "data.first_forwards")  # compared as one difference each
+RULES = (  # (key prefix, severity): the first match wins
+    ("optimizer.param_groups.*.foreach", "warning"), ("optimizer.param_groups.*.fused", "warning"),
+    ("optimizer.param_groups.*.capturable", "info"), ("optimizer.param_groups.*.differentiable", "info"),
+    ("optimizers.*.param_groups.*.foreach", "warning"), ("optimizers.*.param_groups.*.fused", "warning"),
+    ("optimizer", "error"), ("optimizers", "error"), ("clipping", "error"), ("grad_scaler", "error"),
+    ("precision.cudnn_benchmark", "warning"), ("precision", "error"),
+    ("model", "error"), ("weights", "error"), ("randomness", "error"),
+    ("data.num_workers", "warning"), ("data.class", "warning"), ("data", "error"),
+    ("environment.variables", "warning"), ("environment.versions.torch_npu", "info"),
+    ("environment.versions", "warning"), ("environment.python", "warning"),
+    ("device", "info"), ("written_by", "info"), ("rank", "info"), ("world_size", "error"),
+)
+COUNTERPARTS = {  # one meaning, one name per device
+    "NCCL_DETERMINISTIC": "deterministic collectives", "HCCL_DETERMINISTIC": "deterministic collectives",
+    "CUDA_LAUNCH_BLOCKING": "blocking launches", "ASCEND_LAUNCH_BLOCKING": "blocking launches",
+    "PYTORCH_CUDA_ALLOC_CONF": "allocator settings", "PYTORCH_NPU_ALLOC_CONF": "allocator settings",
+    "NCCL_ALGO": "collective algorithm", "HCCL_ALGO": "collective algorithm",
+    "CUDA_VISIBLE_DEVICES": "visible devices", "ASCEND_RT_VISIBLE_DEVICES": "visible devices",
+}
+SAME_MEANING = ("visible devices",)  # which devices a run sees never changes its numbers
+_ENV = "environment.variables."
+PORT_PRECISION = "precision.autocast"
+
+
+@dataclass(frozen=True)
+class Difference:
+    """One setting the two runs differ in."""
+
+    key: str
+    base: Any
+    target: Any
+    severity: str
+    note: str = ""
+
+    def as_dict(self) -> dict:
+        return {"key": self.key, "base": self.base, "target": self.target, "severity": self.severity,
+                "note": self.note}
+
+
+@dataclass(frozen=True)
+class ConfigComparison:
+    """The differences of two config.json, most material first."""
+
+    base: str
+    target: str
+    differences: tuple
+
+    def of(self, severity: str) -> list:
+        return [d for d in self.differences if d.severity == severity]
+
+    @property
+    def same_experiment(self) -> bool:
+        """No difference that changes numbers."""
+        return not self.of("error")
+
+    def beyond_precision(self) -> list:
+        """The ``error`` differences but autocast's: what an AMP port's page counts as another experiment (the
+        dtype a port computes in is the port, judged by the dumps and the loss at that precision)."""
+        return [d for d in self.of("error") if not d.key.startswith(PORT_PRECISION)]
+
+    def as_dict(self) -> dict:
+        return {"base": self.base, "target": self.target, "same_experiment": self.same_experiment,
+                "differences": [d.as_dict() for d in self.differences]}
+
+
+def compare_configs(base: dict, target: dict, base_label: str = "BASE", target_label: str = "TARGET") -> \
+        ConfigComparison:
+    """Every difference of ``target`` from ``base`` (see the module docstring)."""
+    flat_b, flat_t = _flatten(base), _flatten(target)
+    found = []
+    for group in GROUPED:
+        found += _grouped(group, flat_b, flat_t)
+    found += _environment(flat_b, flat_t)
+    for key in sorted(set(flat_b) | set(flat_t)):
+        if key.startswith(_ENV) or any(_under(key, g) for g in GROUPED):
+            continue
+        b, t = flat_b.get(key, _MISSING), flat_t.get(key, _MISSING)
+        if not _same(b, t):
+            found.append(Difference(key, _shown(b), _shown(t), severity(key)))
+    found.sort(key=lambda d: (SEVERITIES.index(d.severity), d.key))
+    return ConfigComparison(base_label, target_label, tuple(found))
+
+
+def severity(key: str) -> str:
+    """The severity of a difference at ``key`` (:data:`RULES`; ``*`` matches one path part)."""
+    parts = key.split(".")
+    for prefix, level in RULES:
+        wanted = prefix.split(".")
+        if len(parts) >= len(wanted) and all(w in ("*", p) for w, p in zip(wanted, parts)):
+            return level
+    return "warning"
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "(not recorded)"
+
+
+_MISSING = _Missing()
+
+
+def _flatten(value: Any, prefix: str = "") -> dict:
+    """``{dotted key: value}``; a list of scalars stays one value."""
+    if isinstance(value, dict):
+        out: dict = {}
+        for k, v in value.items():
+            out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    if isinstance(value, list) and any(isinstance(v, (dict, list)) for v in value):
+        out = {}
+        for i, v in enumerate(value):
+            out.update(_flatten(v, f"{prefix}.{i}" if prefix else str(i)))
+        return out
+    return {prefix: value}
+
+
+def _under(key: str, group: str) -> bool:
+    return key == group or key.startswith(group + ".")
+
+
+def _same(b: Any, t: Any, rtol: float = 0.0) -> bool:
+    if isinstance(b, bool) or isinstance(t, bool):
+        return b is t
+    if isinstance(b, (int, float)) and isinstance(t, (int, float)):
+        if math.isnan(b) or math.isnan(t):
+            return math.isnan(b) and math.isnan(t)
+        return b == t or abs(b - t) <= rtol * max(abs(b), abs(t))
+    if isinstance(b, list) and isinstance(t, list) and len(b) == len(t):
+        return all(_same(x, y, rtol) for x, y in zip(b, t))
+    return b == t
+
+
+def _shown(value: Any) -> Any:
+    return None if value is _MISSING else value
+
+
+def _grouped(group: str, flat_b: dict, flat_t: dict) -> list:
+    """One difference for all the keys under ``group`` that differ beyond :data:`STATISTICS_RTOL`."""
+    keys = sorted(k for k in set(flat_b) | set(flat_t) if _under(k, group))
+    if not keys:
+        return []
+    differ = [k for k in keys if not _same(flat_b.get(k, _MISSING), flat_t.get(k, _MISSING), STATISTICS_RTOL)]
+    if not differ:
+        return []
+    first = differ[0]
+    note = (f"{len(differ)} of {len(keys)} statistics differ beyond {STATISTICS_RTOL:g} (first {first}: "
+            f"{_shown(flat_b.get(first, _MISSING))} vs {_shown(flat_t.get(first, _MISSING))})")
+    return [Difference(group, None, None, severity(group), note)]
+
+
+def _environment(flat_b: dict, flat_t: dict) -> list:
+    """The allow-listed variables, a counterpart pair compared by its meaning."""
+    env_b = {k[len(_ENV):]: v for k, v in flat_b.items() if k.startswith(_ENV)}
+    env_t = {k[len(_ENV):]: v for k, v in flat_t.items() if k.startswith(_ENV)}
+    found, done = [], set()
+    for name in sorted(set(env_b) | set(env_t)):
+        meaning = COUNTERPARTS.get(name)
+        if meaning is None:
+            if env_b.get(name) != env_t.get(name):
+                found.append(Difference(_ENV + name, env_b.get(name), env_t.get(name), "warning"))
+            continue
+        if meaning in done:
+            continue
+        done.add(meaning)
+        names = sorted(n for n, m in COUNTERPARTS.items() if m == meaning)
+        b = {n: env_b[n] for n in names if n in env_b}
+        t = {n: env_t[n] for n in names if n in env_t}
+        if set(b.values()) == set(t.values()) and len(set(b.values())) <= 1:
+            if b != t:  # the same value under the other device's name: the same setting
+                found.append(Difference(_ENV + "/".join(names), b, t, "info",
+                                        f"{meaning}: the same value under each device's name"))
+            continue
+        level = "info" if meaning in SAME_MEANING else "warning"
+        found.append(Difference(_ENV + "/".join(names), b or None, t or None, level, meaning))
+    return found
+
+
+def read_config(path: str) -> Optional[dict]:
+    """A config.json's object (None when it is not one); ``OSError`` / ``ValueError`` pass to the caller."""
+    import json
+
+    with open(path, encoding="utf-8") as fh:
+        data = json.load(fh)
+    return data if isinstance(data, dict) and "format" in data else None
+
+
+def run_config(path: str) -> Optional[dict]:
+    """The config.json of a run folder, or of the folder of a log file in one; None when there is none or it does
+    not read (the loss and page verdicts go on without it)."""
+    import os
+
+    folder = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+    try:
+        return read_config(os.path.join(folder, "config.json"))
+    except (OSError, ValueError):
+        return None
+
+
+def compare_runs(base: str, target: str) -> Optional[ConfigComparison]:
+    """Two runs' settings compared, or None when either has no readable config.json."""
+    configs = [run_config(path) for path in (base, target)]
+    if None in configs:
+        return None
+    return compare_configs(*configs, base_label=base, target_label=target)

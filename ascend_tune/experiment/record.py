@@ -1,0 +1,229 @@
+"""What config.json holds: each section read from the objects the user already has, plain JSON values.
+
+Sections (``ascend-tune compare-config`` compares them, docs/cli.md):
+
+- ``optimizer`` (``optimizers`` by name for several): the class and every param group's hyperparameters (all of
+  its keys but the parameters themselves) with its parameter count and size; a scheduler leaves ``initial_lr``;
+- ``clipping``: the ``torch.nn.utils.clip_grad_norm_`` / ``clip_grad_value_`` calls of the first steps;
+  ``grad_scaler``: a GradScaler's settings;
+- ``precision``: autocast per device type during the first forward (enabled, dtype), the parameters' dtypes,
+  ``torch.get_float32_matmul_precision()``, the TF32 / cudnn flags, deterministic algorithms, torch_npu's HF32
+  switches where it is there;
+- ``model``: a fingerprint of the module tree (each module's class and each parameter's name, shape and dtype),
+  the dropout rates, train / eval mode, the parameter count;
+- ``weights``: per parameter its mean, standard deviation and largest magnitude at the first step's start, and the
+  sum over the model;
+- ``data``: the loader's batch size, sampler, shuffle, drop_last, workers, its generator's seed, and the first
+  forward calls' tensor arguments as statistics (shape, dtype, sum, mean of squares): another order or augmentation
+  shows, no bytes are kept;
+- ``randomness``: ``torch.initial_seed()``;
+- ``environment``: python and the libraries' versions, and the values of :data:`VARIABLES` (a fixed allow-list:
+  never tokens, keys or paths of the environment).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import math
+import os
+import platform
+from typing import Any, Optional
+
+import torch
+
+LIBRARIES = ("torch", "torch_npu", "numpy", "transformers", "accelerate", "lightning", "pytorch_lightning",
+             "deepspeed", "mindstudio-probe")
+VARIABLES = (
+    # determinism and collectives, each with its counterpart on the other device (analysis/experiment/compare.py)
+    "CUBLAS_WORKSPACE_CONFIG", "NCCL_DETERMINISTIC", "HCCL_DETERMINISTIC", "CUDA_LAUNCH_BLOCKING",
+    "ASCEND_LAUNCH_BLOCKING", "NCCL_ALGO", "HCCL_ALGO", "NCCL_PROTO", "NCCL_P2P_DISABLE", "NCCL_IB_DISABLE",
+    "HCCL_INTRA_PCIE_ENABLE", "HCCL_INTRA_ROCE_ENABLE", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_NPU_ALLOC_CONF",
+    "TORCH_CUDNN_V8_API_ENABLED", "NVIDIA_TF32_OVERRIDE", "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE",
+    "ASCEND_RT_VISIBLE_DEVICES",
+    "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "ATEN_CPU_CAPABILITY", "DNNL_MAX_CPU_ISA",
+    "PYTHONHASHSEED", "TASK_QUEUE_ENABLE", "INF_NAN_MODE_ENABLE", "COMBINED_ENABLE", "ACL_OP_COMPILER_CACHE_MODE",
+)
+"""The environment variables config.json records the values of (the only ones it reads)."""
+
+
+def section(read: Any, *args: Any) -> Any:
+    """``read(*args)``, or ``{"unreadable": reason}`` when it raises: a section that cannot be read costs itself."""
+    try:
+        return read(*args)
+    except Exception as exc:  # noqa: BLE001 - whatever a user's object does, the run goes on
+        return {"unreadable": f"{type(exc).__name__}: {exc}"[:200]}
+
+
+def plain(value: Any) -> Any:
+    """``value`` as JSON: numbers, strings, bools, None, lists and dicts of them; a tensor's number, else its text."""
+    if isinstance(value, (bool, str)) or value is None:
+        return value
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, torch.Tensor):
+        return plain(value.detach().cpu().item()) if value.numel() == 1 else f"tensor{list(value.shape)}"
+    if isinstance(value, torch.dtype):
+        return str(value).replace("torch.", "")
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    return type(value).__name__ if callable(value) else str(value)
+
+
+def optimizers(optimizer: Any) -> dict:
+    """``{"optimizer": ...}`` of one optimizer, ``{"optimizers": {name: ...}}`` of a list or dict of them."""
+    if isinstance(optimizer, dict):
+        return {"optimizers": {str(k): optimizer_of(v) for k, v in optimizer.items()}}
+    if isinstance(optimizer, (list, tuple)):
+        return {"optimizers": {f"{i}.{type(o).__name__}": optimizer_of(o) for i, o in enumerate(optimizer)}}
+    return {"optimizer": optimizer_of(optimizer)} if optimizer is not None else {}
+
+
+def optimizer_of(optimizer: Any) -> dict:
+    """The class and every param group's settings of one optimizer."""
+    groups = []
+    for group in getattr(optimizer, "param_groups", ()):
+        params = group.get("params", ())
+        entry = {k: plain(v) for k, v in sorted(group.items()) if k != "params"}
+        entry["parameters"] = len(params)
+        entry["numel"] = int(sum(p.numel() for p in params))
+        groups.append(entry)
+    return {"class": type(optimizer).__name__, "param_groups": groups}
+
+
+def grad_scaler(scaler: Any) -> Optional[dict]:
+    if scaler is None or not hasattr(scaler, "is_enabled"):
+        return None
+    return {"class": type(scaler).__name__, "enabled": scaler.is_enabled(),
+            **{k: plain(getattr(scaler, f"_{k}", None)) for k in ("init_scale", "growth_factor", "backoff_factor",
+                                                                   "growth_interval")}}
+
+
+def precision_flags() -> dict:
+    """The process-wide switches that change matmul and convolution numbers, and determinism."""
+    flags: dict = {
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+        "cuda_matmul_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
+        "cudnn_allow_tf32": bool(torch.backends.cudnn.allow_tf32),
+        "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
+        "cudnn_deterministic": bool(torch.backends.cudnn.deterministic),
+    }
+    npu = getattr(torch, "npu", None)
+    conv = getattr(getattr(npu, "conv", None), "allow_hf32", None)
+    matmul = getattr(getattr(npu, "matmul", None), "allow_hf32", None)
+    if conv is not None or matmul is not None:
+        flags["npu_conv_allow_hf32"], flags["npu_matmul_allow_hf32"] = plain(conv), plain(matmul)
+    return flags
+
+
+def autocast_now() -> dict:
+    """Autocast of each device type at this moment (inside the first forward): enabled, and its dtype when it is."""
+    out = {}
+    for device in ("cpu", "cuda", "npu"):
+        try:
+            enabled = torch.is_autocast_enabled(device)
+        except (TypeError, RuntimeError):  # torch 2.1: no device argument; cuda's is the plain call
+            enabled = {"cpu": torch.is_autocast_cpu_enabled, "cuda": torch.is_autocast_enabled}.get(
+                device, lambda: False)()
+        entry: dict = {"enabled": bool(enabled)}
+        if enabled:
+            get = getattr(torch, "get_autocast_dtype", None)
+            dtype = get(device) if get is not None else (
+                torch.get_autocast_cpu_dtype() if device == "cpu" else torch.get_autocast_gpu_dtype())
+            entry["dtype"] = plain(dtype)
+        out[device] = entry
+    return out
+
+
+def model_of(models: tuple) -> dict:
+    """The module tree's fingerprint, dropout rates, mode, parameter count and dtypes of the models."""
+    digest = hashlib.sha256()
+    dropout: dict = {}
+    dtypes: dict = {}
+    count = numel = 0
+    training = []
+    for m, model in enumerate(models):
+        training.append(bool(model.training))
+        for name, module in model.named_modules():
+            digest.update(f"{m}:{name}:{type(module).__name__};".encode())
+            p = getattr(module, "p", None)
+            if isinstance(module, torch.nn.modules.dropout._DropoutNd) and isinstance(p, float):
+                dropout[name or type(module).__name__] = p
+        for name, param in model.named_parameters():
+            digest.update(f"{m}:{name}:{list(param.shape)}:{param.dtype};".encode())
+            count += 1
+            numel += param.numel()
+            key = plain(param.dtype)
+            dtypes[key] = dtypes.get(key, 0) + 1
+    return {"fingerprint": digest.hexdigest()[:16], "dropout": dropout, "training": training, "parameters": count,
+            "numel": numel, "param_dtypes": dtypes}
+
+
+def weights_of(models: tuple) -> dict:
+    """Each parameter's mean, std and largest magnitude (float64, on its device, read back once), and their sum."""
+    names, stats = [], []
+    with torch.no_grad():
+        for m, model in enumerate(models):
+            for name, param in model.named_parameters():
+                x = param.detach().double()
+                names.append(f"{m}.{name}" if len(models) > 1 else name)
+                std = x.std() if x.numel() > 1 else torch.zeros((), dtype=torch.float64, device=x.device)
+                stats.append(torch.stack([x.mean(), std, x.abs().max(), x.sum()]))
+        if not stats:
+            return {}
+        values = torch.stack([s.to("cpu") for s in stats]).tolist()  # the one read-back
+    per = {n: {"mean": v[0], "std": v[1], "absmax": v[2]} for n, v in zip(names, values)}
+    return {"sum": sum(v[3] for v in values), "per_parameter": per}
+
+
+def loader_of(loader: Any) -> dict:
+    """A DataLoader's batching and order: batch size, sampler, shuffle, workers, its generator's seed."""
+    if loader is None:
+        return {}
+    sampler = getattr(loader, "sampler", None)
+    generator = getattr(loader, "generator", None) or getattr(sampler, "generator", None)
+    out = {
+        "class": type(loader).__name__,
+        "batch_size": plain(getattr(loader, "batch_size", None)),
+        "sampler": type(sampler).__name__ if sampler is not None else None,
+        "shuffle": isinstance(sampler, torch.utils.data.RandomSampler),
+        "drop_last": plain(getattr(loader, "drop_last", None)),
+        "num_workers": plain(getattr(loader, "num_workers", None)),
+    }
+    if isinstance(generator, torch.Generator):
+        out["generator_seed"] = generator.initial_seed()
+    return out
+
+
+def tensor_fingerprint(args: tuple, kwargs: dict) -> dict:
+    """Statistics of the tensors among a forward call's arguments: shape, dtype, sum and mean of squares."""
+    found = {}
+    items = [(str(i), a) for i, a in enumerate(args)] + [(str(k), v) for k, v in kwargs.items()]
+    stats, keys = [], []
+    for key, value in items:
+        if isinstance(value, torch.Tensor) and value.numel():
+            x = value.detach().double()
+            stats.append(torch.stack([x.sum(), (x * x).mean()]))
+            keys.append((key, list(value.shape), plain(value.dtype)))
+    values = torch.stack([s.to("cpu") for s in stats]).tolist() if stats else []
+    for (key, shape, dtype), (total, square) in zip(keys, values):
+        found[key] = {"shape": shape, "dtype": dtype, "sum": total, "mean_square": square}
+    return found
+
+
+def environment() -> dict:
+    """Python, the libraries' versions (None: not installed), the allow-listed variables that are set."""
+    versions = {}
+    for name in LIBRARIES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    versions["torch"] = torch.__version__
+    return {"python": platform.python_version(), "versions": versions,
+            "variables": {k: os.environ[k] for k in VARIABLES if k in os.environ}}

@@ -1,0 +1,141 @@
+"""Same experiment? Each monitored run writes config.json with no code from the user, and `ascend-tune
+compare-config` names the settings two runs differ in: one thing changed, one to three `error` differences."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from ascend_tune import TrainingMonitor
+from ascend_tune.cli import main
+
+
+def train(log_dir, lr=1e-3, wd=0.01, beta1=0.9, seed=0, shuffle=7, bf16=False, clip=1.0, matmul=None, **monitor):
+    """Six steps of a small MLP with AdamW, shuffled by its own generator, clipped, under the two lines."""
+    before = torch.get_float32_matmul_precision()
+    try:
+        if matmul:
+            torch.set_float32_matmul_precision(matmul)
+        torch.manual_seed(seed)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Dropout(0.1),
+                                    torch.nn.Linear(16, 2))
+        optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=wd, betas=(beta1, 0.999))
+        data = TensorDataset(torch.randn(48, 8, generator=torch.Generator().manual_seed(3)),
+                             torch.randint(0, 2, (48,), generator=torch.Generator().manual_seed(4)))
+        loader = DataLoader(data, batch_size=8, shuffle=True, generator=torch.Generator().manual_seed(shuffle))
+        with TrainingMonitor(model, optimizer, loader, log_dir=log_dir, quiet=True, tune=False, **monitor):
+            for x, y in loader:
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                    loss = torch.nn.functional.cross_entropy(model(x), y)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+                optimizer.step()
+                optimizer.zero_grad()
+    finally:
+        torch.set_float32_matmul_precision(before)
+    return log_dir
+
+
+def compare(capsys, base, target):
+    code = main(["compare-config", str(base), str(target), "--json"])
+    return code, json.loads(capsys.readouterr().out)["differences"]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    return train(tmp_path_factory.mktemp("reference") / "run")
+
+
+def test_the_run_records_what_changes_its_numbers(reference):
+    config = json.loads((reference / "config.json").read_text())
+    group = config["optimizer"]["param_groups"][0]
+    assert config["optimizer"]["class"] == "AdamW" and group["lr"] == 1e-3 and group["betas"] == [0.9, 0.999]
+    assert group["weight_decay"] == 0.01 and group["parameters"] == 4 and group["numel"] == 8 * 16 + 16 + 16 * 2 + 2
+    assert config["clipping"] == {"clip_grad_norm_": {"max_norm": 1.0}}
+    assert config["precision"]["autocast"]["cpu"] == {"enabled": False}
+    assert config["precision"]["float32_matmul_precision"] == "highest"
+    assert config["model"]["dropout"] == {"2": 0.1} and config["model"]["training"] == [True]
+    assert set(config["weights"]["per_parameter"]) == {"0.weight", "0.bias", "3.weight", "3.bias"}
+    assert config["data"]["batch_size"] == 8 and config["data"]["shuffle"] and config["data"]["generator_seed"] == 7
+    assert config["data"]["first_forwards"][0]["0"]["shape"] == [8, 8]
+    assert config["randomness"]["torch_initial_seed"] == 0
+    assert config["environment"]["versions"]["torch"] == torch.__version__
+    summary = json.loads((reference / "summary.json").read_text())
+    assert summary["experiment"]["config_json"] == str(reference / "config.json")
+
+
+def test_a_rerun_of_the_same_script_is_the_same_experiment(reference, tmp_path, capsys):
+    code, differences = compare(capsys, reference, train(tmp_path / "rerun"))
+    assert code == 0 and [d for d in differences if d["severity"] != "info"] == []
+
+
+@pytest.mark.parametrize("change, keys", [
+    (dict(lr=6.6e-4), {"optimizer.param_groups.0.lr"}),
+    (dict(wd=0.1), {"optimizer.param_groups.0.weight_decay"}),
+    (dict(beta1=0.8), {"optimizer.param_groups.0.betas"}),
+    (dict(seed=1), {"randomness.torch_initial_seed", "weights"}),
+    (dict(shuffle=8), {"data.generator_seed", "data.first_forwards"}),
+    (dict(bf16=True), {"precision.autocast.cpu.enabled", "precision.autocast.cpu.dtype"}),
+    (dict(clip=0.5), {"clipping.clip_grad_norm_.max_norm"}),
+    (dict(matmul="high"), {"precision.float32_matmul_precision", "precision.cuda_matmul_allow_tf32"}),
+], ids=["lr", "weight_decay", "betas", "init_seed", "shuffle_seed", "autocast", "clip", "matmul_precision"])
+def test_one_change_is_named_by_one_to_three_errors(reference, tmp_path, capsys, change, keys):
+    code, differences = compare(capsys, reference, train(tmp_path / "run", **change))
+    errors = {d["key"] for d in differences if d["severity"] == "error"}
+    assert code == 1 and errors == keys and 1 <= len(errors) <= 3, differences
+
+
+def test_a_variable_under_each_devices_name_is_one_setting(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("NCCL_DETERMINISTIC", "1")
+    nccl = train(tmp_path / "nccl")
+    monkeypatch.delenv("NCCL_DETERMINISTIC")
+    monkeypatch.setenv("HCCL_DETERMINISTIC", "1")
+    hccl = train(tmp_path / "hccl")
+    code, differences = compare(capsys, nccl, hccl)
+    assert code == 0 and [d["severity"] for d in differences if "DETERMINISTIC" in d["key"]] == ["info"]
+    monkeypatch.delenv("HCCL_DETERMINISTIC")
+    neither = train(tmp_path / "neither")
+    code, differences = compare(capsys, nccl, neither)
+    named = [d for d in differences if "NCCL_DETERMINISTIC" in d["key"]]
+    assert named and named[0]["severity"] == "warning" and named[0]["base"] == {"NCCL_DETERMINISTIC": "1"}
+
+
+def test_the_page_and_compare_loss_point_at_the_setting_first(reference, tmp_path, capsys):
+    run = train(tmp_path / "lr", lr=6.6e-4)
+    main(["compare-loss", str(reference), str(run)])
+    assert "next: NOT the same experiment: optimizer.param_groups.0.lr differs" in capsys.readouterr().out
+    main(["report", str(run), "--baseline", str(reference), "-o", str(tmp_path / "page.html")])
+    md = (tmp_path / "page.md").read_text()
+    assert md.index("## Same experiment?") < md.index("## Verdict")
+    assert "error: optimizer.param_groups.0.lr: 0.001 in the reference, 0.00066 in this run" in md
+    assert "**Next:** the runs are not the same experiment (optimizer.param_groups.0.lr differs)" in md
+
+
+def test_an_autocast_port_is_its_precision_on_the_page_not_another_experiment(reference, tmp_path, capsys):
+    run = train(tmp_path / "bf16", bf16=True)
+    main(["report", str(run), "--baseline", str(reference), "-o", str(tmp_path / "page.html")])
+    md = (tmp_path / "page.md").read_text()
+    assert "the same settings but the precision this run computes in (autocast)" in md
+    assert "not the same experiment" not in md
+
+
+def test_recording_can_be_turned_off_and_an_older_run_says_how_to_get_one(tmp_path, capsys):
+    off = train(tmp_path / "off", experiment=False)
+    assert not (off / "config.json").exists()
+    code = subprocess.run([sys.executable, "-m", "ascend_tune", "compare-config", str(off), str(off)],
+                          capture_output=True, text=True)
+    assert code.returncode == 2 and code.stderr.count("\n") == 1 and "has no config.json" in code.stderr
+    assert "rerun to get one" in code.stderr
+    broken = tmp_path / "broken"
+    os.makedirs(broken)
+    (broken / "config.json").write_text("{not json")
+    done = subprocess.run([sys.executable, "-m", "ascend_tune", "compare-config", str(broken), str(broken)],
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and "cannot be read as JSON" in done.stderr and done.stderr.count("\n") == 1
+    assert (broken / "config.json").read_text() == "{not json"  # nothing the user had is touched
