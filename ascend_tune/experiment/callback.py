@@ -76,9 +76,13 @@ class ExperimentCallback(Callback):
             self._unpatch.callback(self._stepping.remove)
 
     def on_step_begin(self, ctx: RunContext, step: int) -> None:
-        if step == ctx.start_step and "weights" not in self.data:
-            with internal():  # ascend_tune's own tensor work: no dump or capture records it
+        # before every other feature's begin (experiment is first): no dump or trace of the step is on yet, so our
+        # own tensor work is in none (msprobe does not know ascend_tune's internal() marker)
+        with internal():
+            if step == ctx.start_step and "weights" not in self.data:
                 self.data["weights"] = record.section(record.weights_of, ctx.models)
+            if step > ctx.start_step:
+                self._fingerprint()
 
     def on_step_end(self, ctx: RunContext, step: int) -> None:
         if self._forwards or (self._last_step is not None and step >= self._last_step):
@@ -88,6 +92,8 @@ class ExperimentCallback(Callback):
 
     def on_exit(self, ctx: RunContext, exc_type: Optional[type]) -> None:
         if self._written is None and self.data:
+            with internal():
+                self._fingerprint()
             self._write(ctx)
 
     def summary(self) -> Optional[dict]:
@@ -97,10 +103,15 @@ class ExperimentCallback(Callback):
         if self._autocast is None:
             self._autocast = record.section(record.autocast_now)
         if len(self._forwards) < self.config.batches:
-            with internal():
-                self._forwards.append(record.section(record.tensor_fingerprint, args, kwargs))
+            # the tensors themselves, no op on them here: the step may be being dumped; their statistics are taken
+            # at the next step's start (or the block's end)
+            self._forwards.append((args, dict(kwargs)))
         if len(self._forwards) >= self.config.batches:
             self._remove_hook()
+
+    def _fingerprint(self) -> None:
+        self._forwards = [record.section(record.tensor_fingerprint, *f) if isinstance(f, tuple) else f
+                          for f in self._forwards]
 
     def _on_optimizer_step(self, optimizer: Any, args: tuple, kwargs: dict) -> None:
         # never removed from here: torch is iterating its hooks (removed with the clipping wrappers, after the window)
@@ -145,8 +156,8 @@ class ExperimentCallback(Callback):
             precision["autocast"] = self._autocast or {"unreadable": "no forward of the model seen in the step"}
         self.data["clipping"] = dict(self._clipping)
         data = self.data.get("data")
-        if isinstance(data, dict):
-            data["first_forwards"] = list(self._forwards)
+        if isinstance(data, dict):  # forwards seen in this very step stay out: their step may be being dumped
+            data["first_forwards"] = [f for f in self._forwards if not isinstance(f, tuple)]
         if ctx.is_main:
             path = ctx.run_dir.path(CONFIG_JSON)
             if ctx.outputs.write_json(path, self.data, output="config.json"):
