@@ -139,3 +139,22 @@ def test_recording_can_be_turned_off_and_an_older_run_says_how_to_get_one(tmp_pa
                           capture_output=True, text=True)
     assert done.returncode == 2 and "cannot be read as JSON" in done.stderr and done.stderr.count("\n") == 1
     assert (broken / "config.json").read_text() == "{not json"  # nothing the user had is touched
+
+
+def test_the_recording_leaves_nothing_behind_after_its_first_steps(tmp_path):
+    import io
+
+    original = torch.nn.utils.clip_grad_norm_
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    hooks = []
+    with TrainingMonitor(model, optimizer, log_dir=tmp_path, quiet=True, tune=False):
+        for _ in range(5):
+            model(torch.ones(2, 4)).sum().backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            torch.save(model, io.BytesIO())  # nothing of ours is attached to the model
+            optimizer.step()
+            optimizer.zero_grad()
+            hooks.append(len(torch.nn.modules.module._global_forward_pre_hooks))
+    assert hooks[0] == 0 and hooks == [0] * 5  # the first forward's hook is gone by the first step's end
+    assert torch.nn.utils.clip_grad_norm_ is original and (tmp_path / "config.json").exists()

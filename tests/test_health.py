@@ -130,7 +130,8 @@ def test_health_reads_nothing_back_between_log_steps(tmp_path, host_reads):
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
-    assert host_reads == ["tolist"] * 4  # one read per log line, the grad norms riding along with the losses
+    # one read per log line, the grad norms riding along with the losses; config.json's two by the first step's end
+    assert host_reads == ["tolist"] * (2 + 4)
     assert all(r["grad_norm"] is not None for r in step_records(tmp_path))
 
 

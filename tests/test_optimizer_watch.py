@@ -203,7 +203,7 @@ def test_each_optimizers_loss_rides_with_the_window_read_and_is_not_read_one_by_
             g_loss.backward()
             opt_g.step()
             seen.append((d_loss.detach().clone(), g_loss.detach().clone()))
-    assert host_reads == ["tolist"] * 2  # one read per log line
+    assert host_reads == ["tolist"] * (2 + 2)  # one read per log line, and config.json's two in the first step
     records = read_jsonl(tmp_path / "metrics.jsonl")
     for record, window in zip(records, (seen[:5], seen[5:])):
         d_mean = sum(float(d) for d, _ in window) / 5

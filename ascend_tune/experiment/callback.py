@@ -47,6 +47,7 @@ class ExperimentCallback(Callback):
         self._last_step: Optional[int] = None
         self._stepped: Any = None  # with no optimizer passed: the first that steps
         self._stepping: Any = None
+        self._model: Any = None
 
     def on_enter(self, ctx: RunContext, stack: contextlib.ExitStack) -> None:
         self.data = {
@@ -63,12 +64,13 @@ class ExperimentCallback(Callback):
         self._last_step = ctx.start_step + self.config.steps - 1
         if ctx.is_main:
             ctx.run_dir.set_aside([CONFIG_JSON], "config")
-        if ctx.models:
-            self._hook = ctx.models[0].register_forward_pre_hook(self._on_forward, with_kwargs=True)
+        if ctx.models:  # a global hook, filtered to the model: nothing is attached to it (torch.save pickles it)
+            self._model = ctx.models[0]
+            self._hook = torch.nn.modules.module.register_module_forward_pre_hook(self._on_forward)
             stack.callback(self._remove_hook)
         self._unpatch = contextlib.ExitStack()
         stack.callback(self._unpatch.close)
-        self._patch_clipping()
+        self._patch_clipping(stack)
         if ctx.optimizer is None:  # a framework's or the launcher's run: the optimizer that steps first is the one
             from torch.optim.optimizer import register_optimizer_step_pre_hook
 
@@ -99,19 +101,25 @@ class ExperimentCallback(Callback):
     def summary(self) -> Optional[dict]:
         return {"config_json": self._written} if self._written else None
 
-    def _on_forward(self, module: Any, args: tuple, kwargs: dict) -> None:
+    def _on_forward(self, module: Any, args: tuple) -> None:
+        if module is not self._model:
+            return
         if self._autocast is None:
             self._autocast = record.section(record.autocast_now)
         if len(self._forwards) < self.config.batches:
             # the tensors themselves, no op on them here: the step may be being dumped; their statistics are taken
             # at the next step's start (or the block's end)
-            self._forwards.append((args, dict(kwargs)))
+            self._forwards.append((args, {}))
         if len(self._forwards) >= self.config.batches:
             self._remove_hook()
 
     def _fingerprint(self) -> None:
-        self._forwards = [record.section(record.tensor_fingerprint, *f) if isinstance(f, tuple) else f
-                          for f in self._forwards]
+        pending = [f for f in self._forwards if isinstance(f, tuple)]
+        if not pending:
+            return
+        done = record.section(record.tensor_fingerprints, pending)
+        taken = iter(done if isinstance(done, list) else [done] * len(pending))
+        self._forwards = [next(taken) if isinstance(f, tuple) else f for f in self._forwards]
 
     def _on_optimizer_step(self, optimizer: Any, args: tuple, kwargs: dict) -> None:
         # never removed from here: torch is iterating its hooks (removed with the clipping wrappers, after the window)
@@ -123,19 +131,25 @@ class ExperimentCallback(Callback):
             self._hook.remove()
             self._hook = None
 
-    def _patch_clipping(self) -> None:
+    def _patch_clipping(self, stack: contextlib.ExitStack) -> None:
         utils = torch.nn.utils
         for name in ("clip_grad_norm_", "clip_grad_value_"):
             original = getattr(utils, name, None)
             if original is None:
                 continue
-            setattr(utils, name, self._clipper(name, original))
-            self._unpatch.callback(setattr, utils, name, original)  # type: ignore[union-attr]
+            wrapper = self._clipper(name, original)
+            setattr(utils, name, wrapper)
+            # after the window the wrapper passes calls through, and is taken off where it is still the top one (a
+            # feature that wrapped it since, health, keeps its own; the block's end restores what was there)
+            self._unpatch.callback(_unwrap, utils, name, wrapper, original)  # type: ignore[union-attr]
+            stack.callback(_unwrap, utils, name, wrapper, original)
 
     def _clipper(self, name: str, original: Any) -> Any:
         keys = ("max_norm", "norm_type") if name == "clip_grad_norm_" else ("clip_value",)
 
         def clip(parameters: Any, *args: Any, **kwargs: Any) -> Any:
+            if self._written is not None:
+                return original(parameters, *args, **kwargs)
             seen = dict(zip(keys, args))
             seen.update({k: v for k, v in kwargs.items() if k in keys + ("error_if_nonfinite", "foreach")})
             self._clipping.setdefault(name, {k: record.plain(v) for k, v in seen.items()})
@@ -170,3 +184,9 @@ def build_callback(value: Any, ctx: RunContext) -> Optional[ExperimentCallback]:
     """The monitor's factory for ``experiment=``: on unless ``False`` (or ``ASCEND_TUNE_EXPERIMENT=off``)."""
     config = ExperimentConfig.from_option(value, default=ExperimentConfig())
     return ExperimentCallback(config) if config is not None else None
+
+
+def _unwrap(module: Any, name: str, wrapper: Any, original: Any) -> None:
+    """Put ``original`` back as ``module.name`` where ``wrapper`` is still what is there."""
+    if getattr(module, name, None) is wrapper:
+        setattr(module, name, original)

@@ -200,19 +200,21 @@ def loader_of(loader: Any) -> dict:
     return out
 
 
-def tensor_fingerprint(args: tuple, kwargs: dict) -> dict:
-    """Statistics of the tensors among a forward call's arguments: shape, dtype, sum and mean of squares."""
-    found = {}
-    items = [(str(i), a) for i, a in enumerate(args)] + [(str(k), v) for k, v in kwargs.items()]
-    stats, keys = [], []
-    for key, value in items:
-        if isinstance(value, torch.Tensor) and value.numel():
-            x = value.detach().double()
-            stats.append(torch.stack([x.sum(), (x * x).mean()]))
-            keys.append((key, list(value.shape), plain(value.dtype)))
-    values = torch.stack([s.to("cpu") for s in stats]).tolist() if stats else []
-    for (key, shape, dtype), (total, square) in zip(keys, values):
-        found[key] = {"shape": shape, "dtype": dtype, "sum": total, "mean_square": square}
+def tensor_fingerprints(calls: list) -> list:
+    """Statistics of the tensors among each forward call's ``(args, kwargs)``: shape, dtype, sum and mean of
+    squares, all the calls' read back at once."""
+    keys, stats = [], []
+    for n, (args, kwargs) in enumerate(calls):
+        items = [(str(i), a) for i, a in enumerate(args)] + [(str(k), v) for k, v in kwargs.items()]
+        for key, value in items:
+            if isinstance(value, torch.Tensor) and value.numel():
+                x = value.detach().double()
+                stats.append(torch.stack([x.sum(), (x * x).mean()]).to("cpu"))
+                keys.append((n, key, list(value.shape), plain(value.dtype)))
+    values = torch.stack(stats).tolist() if stats else []  # the one read-back
+    found: list = [{} for _ in calls]
+    for (n, key, shape, dtype), (total, square) in zip(keys, values):
+        found[n][key] = {"shape": shape, "dtype": dtype, "sum": total, "mean_square": square}
     return found
 
 

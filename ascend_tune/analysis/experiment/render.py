@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from .compare import SEVERITIES, ConfigComparison
+from .compare import PORT_PRECISION, SEVERITIES, ConfigComparison
 
 HEADINGS = {"error": "change the numbers", "warning": "may change them", "info": "natural between two devices"}
 
@@ -52,5 +52,6 @@ def page_rows(result: ConfigComparison) -> list:
         rows = [verdict(result)]
     for d in result.of("error") + result.of("warning"):
         what = d.note or f"{_value(d.base)} in the reference, {_value(d.target)} in this run"
-        rows.append(f"{d.severity}: {d.key}: {what}")
+        label = "the port's precision" if d.key.startswith(PORT_PRECISION) else d.severity
+        rows.append(f"{label}: {d.key}: {what}")
     return rows
