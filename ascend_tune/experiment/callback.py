@@ -20,6 +20,7 @@ from .._version import __version__
 from ..contract.callbacks import Callback
 from ..formats.run_dir import CONFIG_JSON
 from ..recording.frames import internal
+from ..recording.modules import Detachable, unwrapped
 from . import record
 from .config import ExperimentConfig
 
@@ -56,7 +57,7 @@ class ExperimentCallback(Callback):
             **record.section(record.optimizers, ctx.optimizer),
             "grad_scaler": record.section(record.grad_scaler, ctx.scaler),
             "precision": record.section(record.precision_flags),
-            "model": record.section(record.model_of, ctx.models),
+            "model": record.section(record.model_of, self._models(ctx)),
             "data": record.section(record.loader_of, ctx.loader),
             "randomness": {"torch_initial_seed": torch.initial_seed()},
             "environment": record.section(record.environment),
@@ -64,9 +65,11 @@ class ExperimentCallback(Callback):
         self._last_step = ctx.start_step + self.config.steps - 1
         if ctx.is_main:
             ctx.run_dir.set_aside([CONFIG_JSON], "config")
-        if ctx.models:  # a global hook, filtered to the model: nothing is attached to it (torch.save pickles it)
+        if ctx.models and unwrapped(ctx.models[0]) is ctx.models[0]:
+            # a hook that pickles as a no-op (torch.save of the model inside the block works); a compiled model is
+            # not hooked (adding and removing a hook recompiles it): its first forwards go unrecorded
             self._model = ctx.models[0]
-            self._hook = torch.nn.modules.module.register_module_forward_pre_hook(self._on_forward)
+            self._hook = self._model.register_forward_pre_hook(Detachable(self._on_forward))
             stack.callback(self._remove_hook)
         self._unpatch = contextlib.ExitStack()
         stack.callback(self._unpatch.close)
@@ -82,7 +85,7 @@ class ExperimentCallback(Callback):
         # own tensor work is in none (msprobe does not know ascend_tune's internal() marker)
         with internal():
             if step == ctx.start_step and "weights" not in self.data:
-                self.data["weights"] = record.section(record.weights_of, ctx.models)
+                self.data["weights"] = record.section(record.weights_of, self._models(ctx))
             if step > ctx.start_step:
                 self._fingerprint()
 
@@ -102,8 +105,6 @@ class ExperimentCallback(Callback):
         return {"config_json": self._written} if self._written else None
 
     def _on_forward(self, module: Any, args: tuple) -> None:
-        if module is not self._model:
-            return
         if self._autocast is None:
             self._autocast = record.section(record.autocast_now)
         if len(self._forwards) < self.config.batches:
@@ -112,6 +113,11 @@ class ExperimentCallback(Callback):
             self._forwards.append((args, {}))
         if len(self._forwards) >= self.config.batches:
             self._remove_hook()
+
+    @staticmethod
+    def _models(ctx: RunContext) -> tuple:
+        """The models as they were defined (a compiled model's own module: the same names compiled or not)."""
+        return tuple(unwrapped(m) for m in ctx.models)
 
     def _fingerprint(self) -> None:
         pending = [f for f in self._forwards if isinstance(f, tuple)]
