@@ -156,9 +156,12 @@ class ExperimentCallback(Callback):
         def clip(parameters: Any, *args: Any, **kwargs: Any) -> Any:
             if self._written is not None:
                 return original(parameters, *args, **kwargs)
-            seen = dict(zip(keys, args))
-            seen.update({k: v for k, v in kwargs.items() if k in keys + ("error_if_nonfinite", "foreach")})
-            self._clipping.setdefault(name, {k: record.plain(v) for k, v in seen.items()})
+            try:  # the user's call: our bookkeeping never reaches it
+                seen = dict(zip(keys, args))
+                seen.update({k: v for k, v in kwargs.items() if k in keys + ("error_if_nonfinite", "foreach")})
+                self._clipping.setdefault(name, {k: record.plain(v) for k, v in seen.items()})
+            except Exception:  # noqa: BLE001
+                self._clipping.setdefault(name, {"unreadable": "its arguments"})
             return original(parameters, *args, **kwargs)
 
         clip.__wrapped__ = original  # type: ignore[attr-defined]
