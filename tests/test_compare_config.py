@@ -3,6 +3,7 @@ compare-config` names the settings two runs differ in: one thing changed, one to
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -16,8 +17,14 @@ from ascend_tune import TrainingMonitor
 from ascend_tune.cli import main
 
 
-def train(log_dir, lr=1e-3, wd=0.01, beta1=0.9, seed=0, shuffle=7, bf16=False, clip=1.0, matmul=None, **monitor):
-    """Six steps of a small MLP with AdamW, shuffled by its own generator, clipped, under the two lines."""
+def warm_up(step, steps=2):
+    return min(1.0, (step + 1) / steps)
+
+
+def train(log_dir, lr=1e-3, wd=0.01, beta1=0.9, seed=0, shuffle=7, bf16=False, clip=1.0, matmul=None, accum=1,
+          warmup=None, **monitor):
+    """Six batches of a small MLP with AdamW, shuffled by its own generator, clipped, under the two lines;
+    ``accum`` batches a step, an LR warm-up of ``warmup`` steps (a LambdaLR of a partial, as the HF Trainer's)."""
     before = torch.get_float32_matmul_precision()
     try:
         if matmul:
@@ -29,14 +36,20 @@ def train(log_dir, lr=1e-3, wd=0.01, beta1=0.9, seed=0, shuffle=7, bf16=False, c
         data = TensorDataset(torch.randn(48, 8, generator=torch.Generator().manual_seed(3)),
                              torch.randint(0, 2, (48,), generator=torch.Generator().manual_seed(4)))
         loader = DataLoader(data, batch_size=8, shuffle=True, generator=torch.Generator().manual_seed(shuffle))
+        if warmup:
+            schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, functools.partial(warm_up, steps=warmup))
         with TrainingMonitor(model, optimizer, loader, log_dir=log_dir, quiet=True, tune=False, **monitor):
-            for x, y in loader:
+            for i, (x, y) in enumerate(loader):
                 with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
                     loss = torch.nn.functional.cross_entropy(model(x), y)
-                loss.backward()
+                (loss / accum).backward()
+                if (i + 1) % accum:
+                    continue
                 torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
                 optimizer.step()
                 optimizer.zero_grad()
+                if warmup:
+                    schedule.step()
     finally:
         torch.set_float32_matmul_precision(before)
     return log_dir
@@ -64,7 +77,8 @@ def test_the_run_records_what_changes_its_numbers(reference):
     assert set(config["weights"]["per_parameter"]) == {"0.weight", "0.bias", "3.weight", "3.bias"}
     assert config["data"]["batch_size"] == 8 and config["data"]["shuffle"] and config["data"]["generator_seed"] == 7
     assert config["data"]["first_forwards"][0]["0"]["shape"] == [8, 8]
-    assert config["randomness"]["torch_initial_seed"] == 0
+    assert config["randomness"]["torch_initial_seed"] == 0 and config["accumulation"]["backwards_per_step"] == [1] * 3
+    assert config["schedulers"] == []
     assert config["environment"]["versions"]["torch"] == torch.__version__
     summary = json.loads((reference / "summary.json").read_text())
     assert summary["experiment"]["config_json"] == str(reference / "config.json")
@@ -89,6 +103,71 @@ def test_one_change_is_named_by_one_to_three_errors(reference, tmp_path, capsys,
     code, differences = compare(capsys, reference, train(tmp_path / "run", **change))
     errors = {d["key"] for d in differences if d["severity"] == "error"}
     assert code == 1 and errors == keys and 1 <= len(errors) <= 3, differences
+
+
+def test_accumulation_and_the_lr_schedule_are_settings(reference, tmp_path, capsys):
+    code, differences = compare(capsys, reference, train(tmp_path / "accum", accum=2))
+    errors = {d["key"]: d for d in differences if d["severity"] == "error"}
+    # the first step now holds two batches, so its first forwards are two, not one
+    assert code == 1 and set(errors) == {"accumulation.backwards_per_step", "data.first_forwards"}, differences
+    assert errors["accumulation.backwards_per_step"]["target"] == [2, 2, 2]
+    warm2 = train(tmp_path / "warm2", warmup=2)
+    config = json.loads((warm2 / "config.json").read_text())
+    assert config["schedulers"] == [{"class": "LambdaLR", "base_lrs": [1e-3], "lr_lambdas": [
+        {"function": {"function": "warm_up", "code": config["schedulers"][0]["lr_lambdas"][0]["function"]["code"]},
+         "args": [], "keywords": {"steps": 2}}]}]
+    code, differences = compare(capsys, warm2, train(tmp_path / "warm3", warmup=3))
+    # the group's lr at the block's start is the schedule's first (1/2 or 1/3 of 1e-3); its initial_lr is the same
+    assert code == 1 and [d["key"] for d in differences if d["severity"] == "error"] == [
+        "optimizer.param_groups.0.lr", "schedulers.0.lr_lambdas.0.keywords.steps"]
+    code, differences = compare(capsys, reference, warm2)  # a schedule on one side only: itself and its first lr
+    assert code == 1 and [(d["key"], d["target"]) for d in differences if d["severity"] == "error"] == [
+        ("optimizer.param_groups.0.lr", 5e-4), ("schedulers", ["LambdaLR"])]
+
+
+def test_numpy_and_python_seeds_show_as_their_states(reference, tmp_path, capsys):
+    import random
+
+    import numpy
+
+    numpy_state, python_state = numpy.random.get_state(), random.getstate()
+    try:
+        numpy.random.seed(1)
+        random.seed(1)
+        one = train(tmp_path / "one")
+        numpy.random.seed(1)
+        random.seed(1)
+        again = train(tmp_path / "again")
+        numpy.random.seed(2)
+        random.seed(2)
+        two = train(tmp_path / "two")
+    finally:
+        numpy.random.set_state(numpy_state)
+        random.setstate(python_state)
+    code, differences = compare(capsys, one, again)
+    assert code == 0 and not [d for d in differences if d["key"].startswith("randomness")]
+    # shown, never counted: an unseeded process draws its own state, and only a run that draws from them changes
+    code, differences = compare(capsys, one, two)
+    assert code == 0 and {d["key"]: d["severity"] for d in differences if d["key"].startswith("randomness")} == {
+        "randomness.numpy_random_state": "info", "randomness.python_random_state": "info"}
+
+
+def test_a_closure_optimizer_steps_on_one_loss(tmp_path):
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.LBFGS(model.parameters(), max_iter=4)
+    x = torch.randn(8, 4, generator=torch.Generator().manual_seed(0))
+
+    def closure():
+        optimizer.zero_grad()
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        return loss
+
+    with TrainingMonitor(model, optimizer, log_dir=tmp_path, quiet=True, tune=False):
+        for _ in range(4):
+            optimizer.step(closure)
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["accumulation"] == {"backwards_per_step": [1, 1, 1]}  # not its 4 evaluations a step
 
 
 def test_a_variable_under_each_devices_name_is_one_setting(tmp_path, capsys, monkeypatch):

@@ -105,3 +105,29 @@ def _tensors(value):
     if isinstance(value, list):
         return [t for v in value for t in _tensors(v)]
     return []
+
+
+CONFIG_SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "ddp_config.py")
+
+
+def test_each_rank_records_its_settings_and_compare_config_names_a_rank_of_its_own(tmp_path, monkeypatch):
+
+    runs = {}
+    for case in ("", "again", "lr", "rank1_bf16"):
+        monkeypatch.setenv("CONFIG_CASE", case)
+        proc, runs[case] = torchrun(CONFIG_SCRIPT, tmp_path / (case or "reference"), "done_rank{rank}")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    reference = runs[""]
+    rank1 = json.loads((reference / "rank1" / "config.json").read_text())
+    assert rank1["rank"] == 1 and rank1["world_size"] == 2 and (reference / "config.json").exists()
+
+    def errors(target):
+        out = subprocess.run([sys.executable, "-m", "ascend_tune", "compare-config", str(reference), str(target),
+                              "--json"], capture_output=True, text=True, timeout=300)
+        found = json.loads(out.stdout)["differences"]
+        return out.returncode, [d["key"] for d in found if d["severity"] != "info"]
+
+    assert errors(runs["again"]) == (0, [])  # each rank's shard and seed the same: nothing differs
+    assert errors(runs["lr"]) == (1, ["optimizer.param_groups.0.lr"])  # named once, not again for rank 1
+    code, keys = errors(runs["rank1_bf16"])
+    assert code == 1 and keys == ["ranks.1.precision.autocast.cpu.dtype", "ranks.1.precision.autocast.cpu.enabled"]

@@ -83,6 +83,12 @@ def test_hf_trainer_one_line_per_optimizer_step_with_its_logged_loss(tmp_path, a
     config = json.loads((tmp_path / "mon" / "config.json").read_text())
     group = config["optimizer"]["param_groups"][0]
     assert config["optimizer"]["class"] == "AdamW" and group["initial_lr"] == trainer.args.learning_rate
+    (schedule,) = config["schedulers"]  # and the schedule it built: linear decay over max_steps, no warm-up
+    assert schedule["class"] == "LambdaLR" and set(schedule["base_lrs"]) == {trainer.args.learning_rate}
+    assert [f["keywords"] for f in schedule["lr_lambdas"]] == [  # one per param group (decay and no decay)
+        {"num_warmup_steps": 0, "num_training_steps": STEPS}] * len(config["optimizer"]["param_groups"])
+    assert config["accumulation"]["backwards_per_step"] == [accumulation] * 3
+    assert config["clipping"] == {"clip_grad_norm_": {"max_norm": trainer.args.max_grad_norm}}
 
 
 # --- Lightning ---------------------------------------------------------------------------------------------------
@@ -144,3 +150,5 @@ def test_lightning_one_line_per_optimizer_step_with_the_mean_micro_batch_loss(tm
     assert all(torch.equal(a, b) for a, b in zip(model.parameters(), reference.parameters()))
     config = json.loads((tmp_path / "config.json").read_text())  # the optimizer configure_optimizers built
     assert config["optimizer"]["class"] == "Adam" and config["optimizer"]["param_groups"][0]["lr"] == 1e-2
+    # the last micro-batch back-propagates inside the optimizer's closure: still one of the step's backwards
+    assert config["accumulation"]["backwards_per_step"] == [accumulation] * 3

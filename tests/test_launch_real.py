@@ -104,6 +104,19 @@ def test_nanogpt_unmodified_under_the_launcher_logs_each_iteration_as_the_two_li
     assert summary["steps_from"] == {"kind": "optimizer", "optimizer": "AdamW", "passed": False}
     assert any("monitoring train.py (model GPT" in line for line in our_lines(proc.stderr))
 
+    # config.json as nanoGPT configured it: its AdamW's two groups, 2 micro-batches a step, clipping at 1.0
+    config = json.loads((run / "config.json").read_text())
+    groups = config["optimizer"]["param_groups"]
+    assert config["optimizer"]["class"] == "AdamW" and [g["weight_decay"] for g in groups] == [0.1, 0.0]
+    assert {tuple(g["betas"]) for g in groups} == {(0.9, 0.95)} and config["schedulers"] == []  # its lr by hand
+    assert config["accumulation"]["backwards_per_step"] == [2, 2, 2]
+    assert config["clipping"] == {"clip_grad_norm_": {"max_norm": 1.0}}
+    assert config["randomness"]["torch_initial_seed"] == 1337
+    compared = bare([sys.executable, "-m", "ascend_tune", "compare-config", str(two), str(run), "--json"], cwd=root)
+    errors = [d["key"] for d in json.loads(compared.stdout)["differences"] if d["severity"] == "error"]
+    # the launcher opens its block inside the first forward: its batches' statistics are the second forward's
+    assert errors == ["data.first_forwards"], compared.stdout
+
     # the step-0 dump names the model's own modules (GPT is the root, left out as msprobe does)
     dump = json.loads((run / "dump" / "step0" / "rank0" / "dump.json").read_text())
     modules = [name for name in dump["data"] if name.startswith("Module.")]

@@ -43,9 +43,18 @@ def _cmd_compare_config(args: argparse.Namespace) -> int:
 
 
 def _read(path: str) -> dict:
-    from ..analysis.experiment.compare import read_config
+    """A run's settings: a config.json, or a run folder's with its other ranks' (``rank{R}/config.json``)."""
+    from ..analysis.experiment.read import rank_files, with_ranks
 
     file = os.path.join(path, CONFIG_JSON) if os.path.isdir(path) else path
+    config = _read_file(file, path)
+    ranks = rank_files(path) if os.path.isdir(path) else {}
+    return with_ranks(config, {rank: _read_file(f, f) for rank, f in ranks.items()})
+
+
+def _read_file(file: str, path: str) -> dict:
+    from ..analysis.experiment.read import read_config
+
     if not os.path.exists(file):
         if os.path.isdir(path):
             raise InputError(f"{path} has no {CONFIG_JSON}: runs of this version of ascend_tune write one "

@@ -1,24 +1,31 @@
 """The ``experiment=`` feature (on by default): config.json, the settings that change this run's numbers.
 
-At the block's start it reads the optimizer, the loader, the model, the process-wide precision switches, the seed
+At the block's start it reads the loader, the model, the process-wide precision switches, the seed
 and the environment; during the first step's first forward calls (a forward pre-hook on the model, removed after
 them) autocast and the batches' statistics; at the first step's start the initial weights (one read-back); during
 the first ``steps`` steps the gradient clipping calls (``torch.nn.utils.clip_grad_norm_`` / ``clip_grad_value_``
-wrapped, unwrapped after). config.json is written once, at the end of that window (or at the block's end when the
-run is shorter). Nothing runs after that; a section that cannot be read is recorded as unreadable, never raised.
+wrapped, unwrapped after), the optimizer's settings at its first ``step()`` (the lr the first update used) and
+the backwards of each step (``torch.autograd.backward`` wrapped likewise: gradient
+accumulation); at the window's end the LR schedulers of the optimizer. config.json is written once, at the end of
+that window (or at the block's end when the run is shorter): rank 0's in the run folder, every other rank's in its
+``rank{R}/`` (ranks can differ: their data shards, a seed or a variable set on one node). Nothing runs after that;
+a section that cannot be read is recorded as unreadable, never raised.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import sys
+import threading
 from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 
 from .._version import __version__
 from ..contract.callbacks import Callback
-from ..formats.run_dir import CONFIG_JSON
+from ..formats.run_dir import CONFIG_JSON, rank_dir_name
 from ..recording.frames import internal
 from ..recording.modules import Detachable, unwrapped
 from . import record
@@ -29,6 +36,14 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("ascend_tune")
 FORMAT = 1  # config.json's version
+_OPTIMIZER_FILE = os.path.normcase(sys.modules[torch.optim.Optimizer.__module__].__file__ or "")
+_local = threading.local()
+CLIPPERS = {  # torch.nn.utils' clipping functions: the setting each records, and its arguments after the parameters
+    "clip_grad_norm_": ("clip_grad_norm_", ("max_norm", "norm_type")),
+    # torch >= 2.6's split form (get_total_norm, then this), which accelerate and the HF Trainer call: one setting
+    "clip_grads_with_norm_": ("clip_grad_norm_", ("max_norm",)),
+    "clip_grad_value_": ("clip_grad_value_", ("clip_value",)),
+}
 
 
 class ExperimentCallback(Callback):
@@ -48,23 +63,25 @@ class ExperimentCallback(Callback):
         self._last_step: Optional[int] = None
         self._stepped: Any = None  # with no optimizer passed: the first that steps
         self._stepping: Any = None
+        self._passed: list = []  # the optimizer objects passed to the monitor
+        self._passed_as: Any = None  # as passed: one, a list or a dict (names the optimizers in config.json)
         self._model: Any = None
+        self._backwards = [0, 0]  # this step's backwards: outside optimizer.step(), inside it (a closure's)
+        self._per_step: list = []
 
     def on_enter(self, ctx: RunContext, stack: contextlib.ExitStack) -> None:
         self.data = {
             "format": FORMAT, "written_by": f"ascend_tune {__version__}", "rank": ctx.rank,
             "world_size": ctx.world_size, "device": ctx.device.kind,
-            **record.section(record.optimizers, ctx.optimizer),
             "grad_scaler": record.section(record.grad_scaler, ctx.scaler),
             "precision": record.section(record.precision_flags),
             "model": record.section(record.model_of, self._models(ctx)),
             "data": record.section(record.loader_of, ctx.loader),
-            "randomness": {"torch_initial_seed": torch.initial_seed()},
+            "randomness": record.section(record.random_states),
             "environment": record.section(record.environment),
         }
         self._last_step = ctx.start_step + self.config.steps - 1
-        if ctx.is_main:
-            ctx.run_dir.set_aside([CONFIG_JSON], "config")
+        ctx.run_dir.set_aside([self._relpath(ctx)], "config")
         if ctx.models and unwrapped(ctx.models[0]) is ctx.models[0]:
             # a hook that pickles as a no-op (torch.save of the model inside the block works); a compiled model is
             # not hooked (adding and removing a hook recompiles it): its first forwards go unrecorded
@@ -74,11 +91,14 @@ class ExperimentCallback(Callback):
         self._unpatch = contextlib.ExitStack()
         stack.callback(self._unpatch.close)
         self._patch_clipping(stack)
-        if ctx.optimizer is None:  # a framework's or the launcher's run: the optimizer that steps first is the one
-            from torch.optim.optimizer import register_optimizer_step_pre_hook
+        self._patch_backward(stack)
+        # the optimizer's settings as its first step uses them (a schedule or a script sets the lr by then); with
+        # none passed (a framework's or the launcher's run) the optimizer that steps first is the one
+        from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-            self._stepping = register_optimizer_step_pre_hook(self._on_optimizer_step)
-            self._unpatch.callback(self._stepping.remove)
+        self._passed, self._passed_as = _optimizers_of(ctx.optimizer), ctx.optimizer
+        self._stepping = register_optimizer_step_pre_hook(self._on_optimizer_step)
+        self._unpatch.callback(self._stepping.remove)
 
     def on_step_begin(self, ctx: RunContext, step: int) -> None:
         # before every other feature's begin (experiment is first): no dump or trace of the step is on yet, so our
@@ -90,6 +110,9 @@ class ExperimentCallback(Callback):
                 self._fingerprint()
 
     def on_step_end(self, ctx: RunContext, step: int) -> None:
+        if self._written is None:
+            self._per_step.append(tuple(self._backwards))
+            self._backwards = [0, 0]
         if self._forwards or (self._last_step is not None and step >= self._last_step):
             self._remove_hook()  # after the first step's forwards (the launcher opens the block inside the first)
         if self._last_step is not None and step >= self._last_step and self._written is None:
@@ -129,8 +152,11 @@ class ExperimentCallback(Callback):
 
     def _on_optimizer_step(self, optimizer: Any, args: tuple, kwargs: dict) -> None:
         # never removed from here: torch is iterating its hooks (removed with the clipping wrappers, after the window)
-        if self._stepped is None:
-            self._stepped = optimizer
+        if self._stepped is not None or (self._passed and all(optimizer is not o for o in self._passed)):
+            return
+        self._stepped = optimizer
+        with internal():  # section() contains what the read raises: the user's step goes on
+            self.data.update(record.section(record.optimizers, self._passed_as or optimizer))
 
     def _remove_hook(self) -> None:
         if self._hook is not None:
@@ -139,7 +165,7 @@ class ExperimentCallback(Callback):
 
     def _patch_clipping(self, stack: contextlib.ExitStack) -> None:
         utils = torch.nn.utils
-        for name in ("clip_grad_norm_", "clip_grad_value_"):
+        for name in CLIPPERS:
             original = getattr(utils, name, None)
             if original is None:
                 continue
@@ -150,8 +176,32 @@ class ExperimentCallback(Callback):
             self._unpatch.callback(_unwrap, utils, name, wrapper, original)  # type: ignore[union-attr]
             stack.callback(_unwrap, utils, name, wrapper, original)
 
+    def _patch_backward(self, stack: contextlib.ExitStack) -> None:
+        original = torch.autograd.backward
+
+        def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+            depth = getattr(_local, "depth", 0)
+            if self._written is None and not depth:  # the outermost (reentrant checkpointing nests backwards)
+                try:
+                    if isinstance(tensors, (list, tuple)) and len(tensors) == 1:
+                        tensors = tensors[0]
+                    if isinstance(tensors, torch.Tensor) and tensors.numel() == 1:  # a loss, not a stage's output
+                        self._backwards[_in_optimizer_step()] += 1
+                except Exception:  # noqa: BLE001 - the user's call goes on whatever our count does
+                    pass
+            _local.depth = depth + 1
+            try:
+                return original(tensors, *args, **kwargs)
+            finally:
+                _local.depth = depth
+
+        backward.__wrapped__ = original  # type: ignore[attr-defined]
+        torch.autograd.backward = backward
+        self._unpatch.callback(_unwrap, torch.autograd, "backward", backward, original)  # type: ignore[union-attr]
+        stack.callback(_unwrap, torch.autograd, "backward", backward, original)
+
     def _clipper(self, name: str, original: Any) -> Any:
-        keys = ("max_norm", "norm_type") if name == "clip_grad_norm_" else ("clip_value",)
+        name, keys = CLIPPERS[name]
 
         def clip(parameters: Any, *args: Any, **kwargs: Any) -> Any:
             if self._written is not None:
@@ -178,21 +228,55 @@ class ExperimentCallback(Callback):
         if isinstance(precision, dict):
             precision["autocast"] = self._autocast or {"unreadable": "no forward of the model seen in the step"}
         self.data["clipping"] = dict(self._clipping)
+        self.data["accumulation"] = _accumulation(self._per_step)
+        optimizers = _optimizers_of(ctx.optimizer if ctx.optimizer is not None else self._stepped)
+        if optimizers:
+            self.data["schedulers"] = record.section(record.schedulers_of, optimizers)
         data = self.data.get("data")
         if isinstance(data, dict):  # forwards seen in this very step stay out: their step may be being dumped
             data["first_forwards"] = [f for f in self._forwards if not isinstance(f, tuple)]
-        if ctx.is_main:
-            path = ctx.run_dir.path(CONFIG_JSON)
-            if ctx.outputs.write_json(path, self.data, output="config.json"):
-                self._written = path
+        path = ctx.run_dir.path(self._relpath(ctx))
+        if ctx.outputs.write_json(path, self.data, output="config.json"):
+            self._written = path
         else:
             self._written = ""
+
+    @staticmethod
+    def _relpath(ctx: RunContext) -> str:
+        """config.json for rank 0, ``rank{R}/config.json`` for every other rank."""
+        return CONFIG_JSON if ctx.is_main else os.path.join(rank_dir_name(ctx.rank), CONFIG_JSON)
 
 
 def build_callback(value: Any, ctx: RunContext) -> Optional[ExperimentCallback]:
     """The monitor's factory for ``experiment=``: on unless ``False`` (or ``ASCEND_TUNE_EXPERIMENT=off``)."""
     config = ExperimentConfig.from_option(value, default=ExperimentConfig())
     return ExperimentCallback(config) if config is not None else None
+
+
+def _accumulation(per_step: list) -> dict:
+    """The backwards of each recorded step: those outside ``optimizer.step()``, plus one for a closure's inside it
+    (Lightning back-propagates the last micro-batch in its closure; LBFGS evaluates its one loss several times)."""
+    return {"backwards_per_step": [outside + min(inside, 1) for outside, inside in per_step]}
+
+
+def _optimizers_of(optimizer: Any) -> list:
+    """The optimizer objects of the monitor's ``optimizer`` (one, a list or a dict of them)."""
+    if optimizer is None:
+        return []
+    if isinstance(optimizer, dict):
+        return list(optimizer.values())
+    return list(optimizer) if isinstance(optimizer, (list, tuple)) else [optimizer]
+
+
+def _in_optimizer_step() -> int:
+    """1 inside an ``optimizer.step()`` (a closure's backward), else 0: torch's step wrapper is on the stack.
+    Asked only for the window's few backwards (optimizer hooks would have to come off inside torch's hook loop)."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_name == "wrapper" and os.path.normcase(frame.f_code.co_filename) == _OPTIMIZER_FILE:
+            return 1
+        frame = frame.f_back
+    return 0
 
 
 def _unwrap(module: Any, name: str, wrapper: Any, original: Any) -> None:

@@ -4,8 +4,12 @@ Sections (``ascend-tune compare-config`` compares them, docs/cli.md):
 
 - ``optimizer`` (``optimizers`` by name for several): the class and every param group's hyperparameters (all of
   its keys but the parameters themselves) with its parameter count and size; a scheduler leaves ``initial_lr``;
+- ``schedulers``: each LR scheduler of the optimizer(s) (found by what refers to the optimizer, so one made before
+  the block, by a framework or in a function counts): its class and settings, its schedule function named (a
+  ``functools.partial``'s function and arguments: the HF Trainer's warm-up and length), a chained one's parts;
 - ``clipping``: the ``torch.nn.utils.clip_grad_norm_`` / ``clip_grad_value_`` calls of the first steps;
-  ``grad_scaler``: a GradScaler's settings;
+  ``accumulation``: the backwards of each of the first steps (gradient accumulation); ``grad_scaler``: a
+  GradScaler's settings;
 - ``precision``: autocast per device type during the first forward (enabled, dtype), the parameters' dtypes,
   ``torch.get_float32_matmul_precision()``, the TF32 / cudnn flags, deterministic algorithms, torch_npu's HF32
   switches where it is there;
@@ -16,18 +20,23 @@ Sections (``ascend-tune compare-config`` compares them, docs/cli.md):
 - ``data``: the loader's batch size, sampler, shuffle, drop_last, workers, its generator's seed, and the first
   forward calls' tensor arguments as statistics (shape, dtype, sum, mean of squares): another order or augmentation
   shows, no bytes are kept;
-- ``randomness``: ``torch.initial_seed()``;
+- ``randomness``: ``torch.initial_seed()``, and a digest of numpy's and Python's global random state at the
+  block's start (the seed itself cannot be read back; two runs seeded alike and drawing alike have one digest);
 - ``environment``: python and the libraries' versions, and the values of :data:`VARIABLES` (a fixed allow-list:
   never tokens, keys or paths of the environment).
 """
 
 from __future__ import annotations
 
+import functools
+import gc
 import hashlib
 import importlib.metadata
 import math
 import os
 import platform
+import random
+import sys
 from typing import Any, Optional
 
 import torch
@@ -93,6 +102,90 @@ def optimizer_of(optimizer: Any) -> dict:
         entry["numel"] = int(sum(p.numel() for p in params))
         groups.append(entry)
     return {"class": type(optimizer).__name__, "param_groups": groups}
+
+
+SCHEDULER_MARKS = ("base_lrs", "min_lrs", "_schedulers")  # an LR scheduler, a plateau one, a chained one
+SCHEDULER_PROGRESS = ("last_epoch", "best", "num_bad_epochs", "cooldown_counter", "optimizer", "verbose")
+"""A scheduler's attributes that are its progress or its links, not its settings (left out of config.json)."""
+
+
+def schedulers_of(optimizers: list) -> list:
+    """The LR schedulers that drive ``optimizers``: the objects whose ``optimizer`` is one of them, or a wrapper of
+    one (accelerate's ``AcceleratedOptimizer``, which the HF Trainer's schedule holds), with a ``step`` and
+    ``base_lrs`` (plateau: ``min_lrs``, chained: ``_schedulers``). Found through what refers to them: two scans of
+    the collector's objects, four with a wrapper (~30 ms each for 300k objects), once."""
+    wanted = {id(o) for o in optimizers}
+    found: list = []
+    targets = list(optimizers)
+    for _ in range(2):  # the optimizers, then what wraps them
+        wrappers = []
+        for obj in _referrers(targets):
+            if id(getattr(obj, "optimizer", None)) not in wanted or not callable(getattr(obj, "step", None)):
+                continue
+            if any(hasattr(obj, k) for k in SCHEDULER_MARKS):
+                if all(obj is not f for f in found):
+                    found.append(obj)
+            elif id(obj) not in wanted:
+                wrappers.append(obj)
+        if not wrappers:
+            break
+        wanted |= {id(w) for w in wrappers}
+        targets = wrappers
+    # a chained scheduler's parts refer to the optimizer too: they are recorded inside it, not again
+    parts = {id(p) for s in found for p in getattr(s, "_schedulers", ())}
+    recorded = [scheduler_of(s) for s in found if id(s) not in parts]
+    return sorted(recorded, key=lambda r: (r["class"], repr(r)))  # the collector's order is no setting
+
+
+def _referrers(objects: list) -> list:
+    """What refers to ``objects``, and the owners of the ``__dict__`` that do (one more scan for them all)."""
+    refs = gc.get_referrers(*objects)
+    dicts = [r for r in refs if isinstance(r, dict)]
+    return refs + (gc.get_referrers(*dicts) if dicts else [])
+
+
+def scheduler_of(scheduler: Any) -> dict:
+    """A scheduler's class and settings (its public attributes but its progress), schedule functions named."""
+    out: dict = {"class": type(scheduler).__name__}
+    for key, value in sorted(vars(scheduler).items()):
+        if key.startswith("_") or key in SCHEDULER_PROGRESS:
+            continue
+        out[key] = [callable_of(f) for f in value] if key == "lr_lambdas" else (
+            callable_of(value) if callable(value) and not isinstance(value, torch.Tensor) else plain(value))
+    parts = getattr(scheduler, "_schedulers", None)
+    if parts:
+        out["schedulers"] = [scheduler_of(p) for p in parts]
+    milestones = getattr(scheduler, "_milestones", None)
+    if milestones is not None:
+        out["milestones"] = plain(list(milestones))
+    return out
+
+
+def callable_of(fn: Any) -> Any:
+    """A schedule function as JSON: its qualified name, a partial's arguments, a lambda's code digest (another
+    constant in the same lambda shows)."""
+    if fn is None:
+        return None
+    if isinstance(fn, functools.partial):
+        return {"function": callable_of(fn.func), "args": plain(list(fn.args)), "keywords": plain(fn.keywords)}
+    code = getattr(fn, "__code__", None)
+    name = getattr(fn, "__qualname__", type(fn).__name__)
+    if code is None:
+        return {"object": type(fn).__name__, **{k: plain(v) for k, v in sorted(vars(fn).items())
+                                              if not k.startswith("_")}} if hasattr(fn, "__dict__") else name
+    digest = hashlib.sha256(code.co_code + repr(code.co_consts).encode()).hexdigest()[:12]
+    return {"function": name, "code": digest}
+
+
+def random_states() -> dict:
+    """``torch.initial_seed()`` and a digest of numpy's (when imported) and Python's global random state."""
+    out: dict = {"torch_initial_seed": torch.initial_seed(),
+                 "python_random_state": hashlib.sha256(repr(random.getstate()).encode()).hexdigest()[:16]}
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        kind, keys, pos, *_ = numpy.random.get_state()
+        out["numpy_random_state"] = hashlib.sha256(keys.tobytes() + str(pos).encode()).hexdigest()[:16]
+    return out
 
 
 def grad_scaler(scaler: Any) -> Optional[dict]:

@@ -1,5 +1,5 @@
-"""Two runs' config.json compared: the differences that change numbers first (``error``), then those that may
-(``warning``), then the natural ones of two devices (``info``).
+"""Two runs' config.json compared (read by :mod:`.read`): the differences that change numbers first (``error``),
+then those that may (``warning``), then the natural ones of two devices (``info``).
 
 Keys are dotted paths (``optimizer.param_groups.0.lr``); a list of numbers (Adam's betas) is one value. Each key's
 severity is the first rule of :data:`RULES` whose prefix it starts with. The initial weights and the first
@@ -7,7 +7,9 @@ batches are compared as one difference each, however many parameters or tensors 
 within :data:`STATISTICS_RTOL` (two devices compute their statistics in other orders). An environment variable
 with a counterpart on the other device (:data:`COUNTERPARTS`: ``NCCL_DETERMINISTIC`` and ``HCCL_DETERMINISTIC``)
 is compared by meaning: the same value under the two names is the same setting (``info``), set on one side only a
-difference. Standard library only.
+difference. A run of several ranks is compared rank by rank: rank 0 first, then each other rank's differences that
+rank 0 does not already show, as ``ranks.R.<key>`` (a seed or a variable set on one node only). Standard library
+only.
 """
 
 from __future__ import annotations
@@ -16,16 +18,23 @@ import math
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from .read import RANKS, run_config
+
 SEVERITIES = ("error", "warning", "info")
 STATISTICS_RTOL = 1e-3  # initial weights / batch statistics: two devices' reductions, one seed
 GROUPED = ("weights", "data.first_forwards")  # compared as one difference each
+LISTED = ("schedulers",)  # lists of objects: of other lengths, one difference naming each side's classes
 RULES = (  # (key prefix, severity): the first match wins
     ("optimizer.param_groups.*.foreach", "warning"), ("optimizer.param_groups.*.fused", "warning"),
     ("optimizer.param_groups.*.capturable", "info"), ("optimizer.param_groups.*.differentiable", "info"),
+    # a scheduler's trace of the base lr: the schedulers' base_lrs compare it (and a schedule on one side only shows)
+    ("optimizer.param_groups.*.initial_lr", "info"), ("optimizers.*.param_groups.*.initial_lr", "info"),
     ("optimizers.*.param_groups.*.foreach", "warning"), ("optimizers.*.param_groups.*.fused", "warning"),
     ("optimizer", "error"), ("optimizers", "error"), ("clipping", "error"), ("grad_scaler", "error"),
     ("precision.cudnn_benchmark", "warning"), ("precision", "error"),
-    ("model", "error"), ("weights", "error"), ("randomness", "error"),
+    ("model", "error"), ("weights", "error"), ("schedulers", "error"), ("accumulation", "error"),
+    # numpy's / Python's state: another seed, or none (an unseeded process draws its own), so never counted
+    ("randomness.torch_initial_seed", "error"), ("randomness", "info"),
     ("data.num_workers", "warning"), ("data.class", "warning"), ("data", "error"),
     ("environment.variables", "warning"), ("environment.versions.torch_npu", "info"),
     ("environment.versions", "warning"), ("environment.python", "warning"),
@@ -38,6 +47,9 @@ COUNTERPARTS = {  # one meaning, one name per device
     "NCCL_ALGO": "collective algorithm", "HCCL_ALGO": "collective algorithm",
     "CUDA_VISIBLE_DEVICES": "visible devices", "ASCEND_RT_VISIBLE_DEVICES": "visible devices",
 }
+_STATE = "another seed, or none (an unseeded process draws its own): it matters where the run draws from it"
+NOTES = {"randomness.numpy_random_state": "numpy's global random state: " + _STATE,
+         "randomness.python_random_state": "Python's random state: " + _STATE}
 SAME_MEANING = ("visible devices",)  # which devices a run sees never changes its numbers
 _ENV = "environment.variables."
 PORT_PRECISION = "precision.autocast"
@@ -87,8 +99,26 @@ class ConfigComparison:
 def compare_configs(base: dict, target: dict, base_label: str = "BASE", target_label: str = "TARGET") -> \
         ConfigComparison:
     """Every difference of ``target`` from ``base`` (see the module docstring)."""
-    flat_b, flat_t = _flatten(base), _flatten(target)
+    found = _differences(base, target)
+    ranks_b, ranks_t = base.get(RANKS) or {}, target.get(RANKS) or {}
+    shown = {d.key for d in found}
+    for rank in sorted(set(ranks_b) & set(ranks_t), key=int):
+        found += [Difference(f"{RANKS}.{rank}.{d.key}", d.base, d.target, d.severity, d.note)
+                  for d in _differences(ranks_b[rank], ranks_t[rank]) if d.key not in shown and d.key != "rank"]
+    found.sort(key=lambda d: (SEVERITIES.index(d.severity), d.key))
+    return ConfigComparison(base_label, target_label, tuple(found))
+
+
+def _differences(base: dict, target: dict) -> list:
+    """The differences of one rank's two configs (unsorted)."""
     found = []
+    for key in LISTED:  # one scheduler more or less is one difference, not one per setting of it
+        b, t = base.get(key), target.get(key)
+        if isinstance(b, list) and isinstance(t, list) and len(b) != len(t):
+            found.append(Difference(key, [_name(x) for x in b], [_name(x) for x in t], severity(key)))
+            base, target = {k: v for k, v in base.items() if k != key}, {k: v for k, v in target.items() if k != key}
+    flat_b = _flatten({k: v for k, v in base.items() if k != RANKS})
+    flat_t = _flatten({k: v for k, v in target.items() if k != RANKS})
     for group in GROUPED:
         found += _grouped(group, flat_b, flat_t)
     found += _environment(flat_b, flat_t)
@@ -97,14 +127,16 @@ def compare_configs(base: dict, target: dict, base_label: str = "BASE", target_l
             continue
         b, t = flat_b.get(key, _MISSING), flat_t.get(key, _MISSING)
         if not _same(b, t):
-            found.append(Difference(key, _shown(b), _shown(t), severity(key)))
-    found.sort(key=lambda d: (SEVERITIES.index(d.severity), d.key))
-    return ConfigComparison(base_label, target_label, tuple(found))
+            found.append(Difference(key, _shown(b), _shown(t), severity(key), NOTES.get(key, "")))
+    return found
 
 
 def severity(key: str) -> str:
-    """The severity of a difference at ``key`` (:data:`RULES`; ``*`` matches one path part)."""
+    """The severity of a difference at ``key`` (:data:`RULES`; ``*`` matches one path part; ``ranks.R.`` is the
+    rank's own key)."""
     parts = key.split(".")
+    if parts[0] == RANKS and len(parts) > 2:
+        parts = parts[2:]
     for prefix, level in RULES:
         wanted = prefix.split(".")
         if len(parts) >= len(wanted) and all(w in ("*", p) for w, p in zip(wanted, parts)):
@@ -151,6 +183,10 @@ def _same(b: Any, t: Any, rtol: float = 0.0) -> bool:
     return b == t
 
 
+def _name(entry: Any) -> Any:
+    return entry.get("class", entry) if isinstance(entry, dict) else entry
+
+
 def _shown(value: Any) -> Any:
     return None if value is _MISSING else value
 
@@ -194,27 +230,6 @@ def _environment(flat_b: dict, flat_t: dict) -> list:
         level = "info" if meaning in SAME_MEANING else "warning"
         found.append(Difference(_ENV + "/".join(names), b or None, t or None, level, meaning))
     return found
-
-
-def read_config(path: str) -> Optional[dict]:
-    """A config.json's object (None when it is not one); ``OSError`` / ``ValueError`` pass to the caller."""
-    import json
-
-    with open(path, encoding="utf-8") as fh:
-        data = json.load(fh)
-    return data if isinstance(data, dict) and "format" in data else None
-
-
-def run_config(path: str) -> Optional[dict]:
-    """The config.json of a run folder, or of the folder of a log file in one; None when there is none or it does
-    not read (the loss and page verdicts go on without it)."""
-    import os
-
-    folder = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
-    try:
-        return read_config(os.path.join(folder, "config.json"))
-    except (OSError, ValueError):
-        return None
 
 
 def compare_runs(base: str, target: str) -> Optional[ConfigComparison]:
