@@ -218,6 +218,12 @@ def test_recording_can_be_turned_off_and_an_older_run_says_how_to_get_one(tmp_pa
                           capture_output=True, text=True)
     assert done.returncode == 2 and "cannot be read as JSON" in done.stderr and done.stderr.count("\n") == 1
     assert (broken / "config.json").read_text() == "{not json"  # nothing the user had is touched
+    os.makedirs(off / "rank1")  # a rank's own file that does not read is bad input too
+    (off / "config.json").write_text('{"format": 1}')
+    (off / "rank1" / "config.json").write_text("[1, 2")
+    done = subprocess.run([sys.executable, "-m", "ascend_tune", "compare-config", str(off), str(off)],
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and "rank1" in done.stderr and done.stderr.count("\n") == 1
 
 
 def test_the_recording_leaves_nothing_behind_after_its_first_steps(tmp_path):

@@ -1,0 +1,89 @@
+"""Cost of recording config.json (``experiment=``, on by default): the monitor with it against the monitor with
+``experiment=False``, in the same process, interleaved.
+
+Two figures per workload, each the median over the repeats of (on - off), the repeats alternating the order:
+- the steady steps (every step after the recording window: the first ``steps`` steps, 3 by default) as a ratio of
+  the CPU time a step takes with the recording to without it (goal: 1.00 within the noise);
+- the window itself, once a run: the extra milliseconds of its steps (the optimizer's settings at its first step,
+  the initial weights' statistics, the first batches' fingerprint, the backwards counted, the schedulers found
+  through the collector, config.json written).
+Workloads: the ``Linear(4, 2)`` loop of monitor_overhead.py (the monitor's own work is most of a step) and its
+~5 ms MLP step, each with a cosine LR schedule so the scheduler search runs. One thread, CPU time.
+Usage: python benchmarks/config_overhead.py [--steps 600] [--repeats 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+import torch.nn.functional as F
+
+from ascend_tune import TrainingMonitor
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from monitor_overhead import make_setup, make_tiny_setup  # noqa: E402
+
+WINDOW = 3  # ExperimentConfig.steps: the steps config.json is gathered over
+SETTLED = WINDOW + 2  # steps left out of the steady figure (the window, and a step of margin either side)
+
+
+def run(setup, out: str, experiment: bool) -> list:
+    """Per-step CPU times (process time between consecutive optimizer steps) of one monitored loop."""
+    model, optimizer, loader = setup
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=len(loader))
+    marks = [time.process_time()]
+    with TrainingMonitor(model, optimizer, loader, log_dir=out, log_every=10, quiet=True, tune=False,
+                         experiment=experiment):
+        for x, y in loader:
+            loss = F.cross_entropy(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            schedule.step()
+            marks.append(time.process_time())
+    return [b - a for a, b in zip(marks, marks[1:])]
+
+
+def measure(make, steps: int, repeats: int) -> dict:
+    """``{"steady": ratio on/off, "window_ms": extra ms of the window, "step_ms": a steady step's ms}``."""
+    ratios, window, step = [], [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for flag in (True, False):  # warm the kernels and the lazy imports once
+            run(make(20), os.path.join(tmp, f"warm-{flag}"), flag)
+        for rep in range(repeats):
+            times = {}
+            for flag in ((True, False) if rep % 2 == 0 else (False, True)):
+                times[flag] = run(make(steps), os.path.join(tmp, f"{rep}-{flag}"), flag)
+            on, off = (statistics.median(times[f][SETTLED:]) for f in (True, False))
+            ratios.append(on / off)
+            window.append(sum(times[True][:SETTLED]) - sum(times[False][:SETTLED]))
+            step.append(off)
+    return {"steady": statistics.median(ratios), "spread": (min(ratios), max(ratios)),
+            "window_ms": 1e3 * statistics.median(window), "step_ms": 1e3 * statistics.median(step)}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=600)
+    parser.add_argument("--repeats", type=int, default=7)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    print(f"config_overhead: {args.steps} steps x {args.repeats} interleaved repeats, the monitor with "
+          "experiment= on against off (1 thread, CPU time)")
+    for name, make in (("Linear(4, 2) step", make_tiny_setup), ("~5 ms MLP step", make_setup)):
+        found = measure(make, args.steps, args.repeats)
+        low, high = found["spread"]
+        print(f"  {name:18s} steady step {found['steady']:.3f}x off (repeats {low:.3f}-{high:.3f}; a step "
+              f"{found['step_ms']:.3f} ms); the window once: +{found['window_ms']:.1f} ms")
+    print("  goal: the steady step 1.00x within the noise (recording stops after its window)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
