@@ -23,8 +23,14 @@ if TYPE_CHECKING:
     from .context import RunContext
 
 
+STEPS_DONE = "steps done"
+"""What ``on_step_begin`` / ``on_step_end`` return when their callback has nothing more to do at steps: neither is
+called again (its other methods still are), so a feature whose work is over costs no step anything."""
+
+
 class Callback:
-    """Base class of monitor callbacks; ``name`` keys this callback's entry in summary.json."""
+    """Base class of monitor callbacks; ``name`` keys this callback's entry in summary.json. A step hook may return
+    :data:`STEPS_DONE`."""
 
     name = "callback"
 
@@ -124,6 +130,7 @@ class CallbackSet:
         self._warn = warn
         self.user_error: Optional[BaseException] = None  # the first a user's callback raised at the block's end
         self.dropped: list = []  # summary.json's features_failed: {"feature", "method", "error"} per one stopped
+        self._stepless: set = set()  # the callbacks whose step hooks said STEPS_DONE
         self._index()
 
     def enter(self, ctx: RunContext, stack: contextlib.ExitStack) -> None:
@@ -146,10 +153,13 @@ class CallbackSet:
         self._each_step(self._end, "on_step_end", ctx, step)
 
     def _each_step(self, callbacks: list, hook: str, ctx: RunContext, step: int) -> None:
-        """``hook(ctx, step)`` of each of ``callbacks``; one that fails is dropped (or its error raised)."""
+        """``hook(ctx, step)`` of each of ``callbacks``; one that fails is dropped (or its error raised), one that
+        returns :data:`STEPS_DONE` is not called at steps again."""
         for cb in callbacks:
             try:
-                getattr(cb, hook)(ctx, step)
+                if getattr(cb, hook)(ctx, step) is STEPS_DONE:
+                    self._stepless.add(id(cb))
+                    self._index()
             except Exception as exc:
                 if not self._drop(cb, hook, exc):
                     raise
@@ -225,7 +235,8 @@ class CallbackSet:
         return True
 
     def _index(self) -> None:
-        self._begin = tuple(cb for cb in self.active if type(cb).on_step_begin is not Callback.on_step_begin)
-        self._end = tuple(cb for cb in self.active if type(cb).on_step_end is not Callback.on_step_end)
+        stepping = [cb for cb in self.active if id(cb) not in self._stepless]
+        self._begin = tuple(cb for cb in stepping if type(cb).on_step_begin is not Callback.on_step_begin)
+        self._end = tuple(cb for cb in stepping if type(cb).on_step_end is not Callback.on_step_end)
         self.riders = tuple(cb for cb in self.active if type(cb).read_along is not Callback.read_along)
         self.stepping = bool(self._begin or self._end)  # whether any listens to steps (else the monitor skips)

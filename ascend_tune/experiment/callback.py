@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import torch
 
 from .._version import __version__
-from ..contract.callbacks import Callback
+from ..contract.callbacks import STEPS_DONE, Callback
 from ..formats.run_dir import CONFIG_JSON, rank_dir_name
 from ..recording.frames import internal
 from ..recording.modules import Detachable, unwrapped
@@ -109,7 +109,7 @@ class ExperimentCallback(Callback):
             if step > ctx.start_step:
                 self._fingerprint()
 
-    def on_step_end(self, ctx: RunContext, step: int) -> None:
+    def on_step_end(self, ctx: RunContext, step: int) -> Optional[str]:
         if self._written is None:
             self._per_step.append(tuple(self._backwards))
             self._backwards = [0, 0]
@@ -117,6 +117,7 @@ class ExperimentCallback(Callback):
             self._remove_hook()  # after the first step's forwards (the launcher opens the block inside the first)
         if self._last_step is not None and step >= self._last_step and self._written is None:
             self._write(ctx)
+        return STEPS_DONE if self._written is not None else None  # nothing is recorded after the window
 
     def on_exit(self, ctx: RunContext, exc_type: Optional[type]) -> None:
         if self._written is None and self.data:

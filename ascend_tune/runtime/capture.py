@@ -67,17 +67,20 @@ def hook_optimizer(
     stack: contextlib.ExitStack,
     optimizer: torch.optim.Optimizer,
     on_pre: Callable[[Any], None],
-    on_post: Callable[[Any], None],
+    on_post: Callable[[Any, Any, Any], None],
 ) -> None:
-    """Call ``on_pre(optimizer)`` / ``on_post(optimizer)`` around each ``optimizer.step()`` through torch's official
-    step hooks. (Every optimizer's steps, for loops whose optimizer is not given: :mod:`.optimizer_watch`.)
+    """Call ``on_pre(optimizer)`` before each ``optimizer.step()`` and ``on_post(opt, args, kwargs)`` after every
+    optimizer's (a GAN's second one tells where its backwards' loss went), through torch's official step hooks: an
+    instance pre-hook and one global post-hook, the step's one call of ours after it. (Every optimizer's steps, for
+    loops whose optimizer is not given: :mod:`.optimizer_watch`.)
 
     ``optimizer.step`` may already be wrapped by an LR scheduler or a profiler; the hooks see the real step.
     """
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
     pre = optimizer.register_step_pre_hook(lambda opt, args, kwargs: on_pre(opt))
     stack.callback(pre.remove)
-    post = optimizer.register_step_post_hook(lambda opt, args, kwargs: on_post(opt))
-    stack.callback(post.remove)
+    stack.callback(register_optimizer_step_post_hook(on_post).remove)
 
 
 def patch_grad_scaler(

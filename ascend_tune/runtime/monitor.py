@@ -31,7 +31,7 @@ from ..recording.frames import internal
 from . import capture, sinks, step_clock
 from .host_times import HostTimes
 from .log_windows import LogWindows
-from .optimizer_watch import OptimizerWatch, hook_other_optimizers, model_name
+from .optimizer_watch import OptimizerWatch, model_name
 from .options import MonitorOptions, check_objects
 from .sigterm import SigtermHandler
 from .steps import OPTIMIZER, WATCH, ClosedStep, StepTracker
@@ -139,7 +139,6 @@ class TrainingMonitor:
             if self.optimizer is not None:
                 capture.hook_optimizer(stack, self.optimizer, self._tracker.optimizer_pre,
                                        self._tracker.optimizer_post)
-                hook_other_optimizers(stack, self._tracker, self.optimizer)
             else:  # the optimizer that steps the model's parameters, also one created inside the block
                 self._watch = OptimizerWatch(self._tracker, self._models, self._events.warn)
                 self._watch.install(stack)

@@ -119,19 +119,6 @@ class OptimizerWatch:
             )
 
 
-def hook_other_optimizers(stack: contextlib.ExitStack, tracker: StepTracker, passed: Any) -> None:
-    """With the optimizer passed: tell ``tracker`` when any other optimizer steps (a GAN's second one), so the
-    backwards before it are its loss, not the passed optimizer's next step's (global post hook, removed on
-    ``stack``)."""
-    from torch.optim.optimizer import register_optimizer_step_post_hook
-
-    def post(optimizer: Any, args: Any, kwargs: Any) -> None:
-        if optimizer is not passed:
-            tracker.optimizer_post(optimizer)
-
-    stack.callback(register_optimizer_step_post_hook(post).remove)
-
-
 def model_name(optimizer: Any, index: int, models: tuple) -> str:
     """An optimizer's name in a step's ``losses``: the class of the first of ``models`` whose parameters it steps,
     else ``optimizer<index>``."""

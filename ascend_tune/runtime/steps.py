@@ -200,8 +200,9 @@ class StepTracker:
         self._in_step = True
         self._closure_loss = None
 
-    def optimizer_post(self, optimizer: Any = None) -> None:
-        """``optimizer.step()`` ran."""
+    def optimizer_post(self, optimizer: Any = None, *_hook_args: Any) -> None:
+        """``optimizer.step()`` ran (any optimizer's: the one that does not define steps tells where its backwards'
+        loss went); a global step post-hook itself (its ``args, kwargs`` ignored)."""
         if not (self._found and optimizer is self.step_optimizer):
             if not self._in_step:
                 self._other_stepped(optimizer)
