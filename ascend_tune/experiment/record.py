@@ -22,8 +22,8 @@ Sections (``ascend-tune compare-config`` compares them, docs/cli.md):
   shows, no bytes are kept;
 - ``randomness``: ``torch.initial_seed()``, and a digest of numpy's and Python's global random state at the
   block's start (the seed itself cannot be read back; two runs seeded alike and drawing alike have one digest);
-- ``environment``: python and the libraries' versions, and the values of :data:`VARIABLES` (a fixed allow-list:
-  never tokens, keys or paths of the environment).
+- ``environment``: python, the versions of the libraries the process has imported, and the values of
+  :data:`VARIABLES` (a fixed allow-list: never tokens, keys or paths of the environment).
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ import torch
 
 LIBRARIES = ("torch", "torch_npu", "numpy", "transformers", "accelerate", "lightning", "pytorch_lightning",
              "deepspeed", "mindstudio-probe")
+MODULES = {"mindstudio-probe": "msprobe"}  # a library whose module has another name
 VARIABLES = (
     # determinism and collectives, each with its counterpart on the other device (analysis/experiment/compare.py)
     "CUBLAS_WORKSPACE_CONFIG", "NCCL_DETERMINISTIC", "HCCL_DETERMINISTIC", "CUDA_LAUNCH_BLOCKING",
@@ -316,13 +317,17 @@ def tensor_fingerprints(calls: list) -> list:
 
 
 def environment() -> dict:
-    """Python, the libraries' versions (None: not installed), the allow-listed variables that are set."""
+    """Python, the versions of the libraries the process has imported (None: not imported, so not in the numbers;
+    a module's ``__version__``, the installed metadata only where it has none), the allow-listed variables set."""
     versions = {}
     for name in LIBRARIES:
-        try:
-            versions[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            versions[name] = None
-    versions["torch"] = torch.__version__
+        module = sys.modules.get(MODULES.get(name, name))
+        version = getattr(module, "__version__", None) if module is not None else None
+        if module is not None and not isinstance(version, str):
+            try:  # parsing a package's metadata costs milliseconds: only for the few without __version__
+                version = importlib.metadata.version(name)
+            except importlib.metadata.PackageNotFoundError:
+                version = None
+        versions[name] = version
     return {"python": platform.python_version(), "versions": versions,
             "variables": {k: os.environ[k] for k in VARIABLES if k in os.environ}}
