@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import zipfile
 
 import pytest
 import torch
@@ -243,3 +244,46 @@ def test_the_recording_leaves_nothing_behind_after_its_first_steps(tmp_path):
             hooks.append(len(model._forward_pre_hooks) + len(torch.nn.modules.module._global_forward_pre_hooks))
     assert hooks == [0] * 5  # the first forward's hook is gone by the first step's end
     assert torch.nn.utils.clip_grad_norm_ is original and (tmp_path / "config.json").exists()
+
+
+PACK_SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "config_check_pack.py")
+
+
+def test_msprobe_config_check_packs_compare_with_each_other_and_with_a_run_both_ways(tmp_path):
+    pytest.importorskip("msprobe.core.config_check.config_checker")
+
+    def make(name, seed, how):
+        out = tmp_path / name
+        out.mkdir()
+        env = dict(os.environ, NCCL_DETERMINISTIC="1", ASCEND_TUNE_TEST_SECRET="s3cret-token")
+        done = subprocess.run([sys.executable, PACK_SCRIPT, str(out), str(seed), how], capture_output=True,
+                              text=True, timeout=600, env=env)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return out
+
+    def compare_cli(base, target):
+        done = subprocess.run([sys.executable, "-m", "ascend_tune", "compare-config", str(base), str(target),
+                               "--json"], capture_output=True, text=True, timeout=300)
+        assert done.returncode in (0, 1), done.stderr
+        return done.returncode, json.loads(done.stdout)["differences"], done.stdout
+
+    same, other = make("same", 0, "both"), make("other", 1, "pack")
+    # the same run as msprobe packed it and as the two lines recorded it: the same settings, both ways
+    for base, target in ((same / "run", same / "pack.zip"), (same / "pack.zip", same / "run")):
+        code, differences, text = compare_cli(base, target)
+        assert code == 0 and not [d for d in differences if d["severity"] != "info"], differences
+        assert "s3cret-token" not in text  # a pack holds the whole environment: only the allow-list is read
+        assert all(d["key"] not in ("weights", "data.first_forwards") for d in differences)  # compared, and equal
+        sections = [d for d in differences if d["key"] == "sections"]
+        assert sections and "optimizer" in sections[0]["note"]  # what the pack does not record is said, once
+    # another seed: the initial weights, named once, pack against pack and against the run, both ways
+    for base, target in ((same / "pack.zip", other / "pack.zip"), (other / "pack.zip", same / "run"),
+                         (same / "run", other / "pack.zip")):
+        code, differences, _ = compare_cli(base, target)
+        assert code == 1 and [d["key"] for d in differences if d["severity"] == "error"] == ["weights"], differences
+    broken = tmp_path / "broken.zip"
+    with zipfile.ZipFile(broken, "w") as pack:
+        pack.writestr("env", "{not json")
+    done = subprocess.run([sys.executable, "-m", "ascend_tune", "compare-config", str(broken), str(same / "run")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "config_check pack" in done.stderr

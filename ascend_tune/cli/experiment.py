@@ -17,13 +17,15 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     """Add ``compare-config`` to the ``ascend-tune`` subcommands."""
     parser = add_command(subparsers, "compare-config", _cmd_compare_config,
                          exits=("the same settings", "a setting that changes the numbers differs"))
-    parser.add_argument("base", metavar="BASE", help="the reference run folder (or its config.json)")
-    parser.add_argument("target", metavar="TARGET", help="the run folder to check (or its config.json)")
+    parser.add_argument("base", metavar="BASE",
+                        help="the reference run folder (or its config.json, or msprobe's config_check pack .zip)")
+    parser.add_argument("target", metavar="TARGET",
+                        help="the run folder to check (or its config.json, or msprobe's config_check pack .zip)")
     add_json(parser, '{"differences": [{"key", "base", "target", "severity", "note"}]}', instead_of="the lines")
 
 
 def _cmd_compare_config(args: argparse.Namespace) -> int:
-    """Compare two runs' settings (config.json).
+    """Compare two runs' settings (config.json, or msprobe's config_check pack).
 
     The differences that change the numbers first (optimizer settings, clipping, autocast, matmul precision, the
     initial weights, the data order, the seed), then those that may (library versions, environment variables),
@@ -53,7 +55,17 @@ def _read(path: str) -> dict:
 
 
 def _read_file(file: str, path: str) -> dict:
+    import zipfile
+
+    from ..analysis.experiment.msprobe_pack import is_pack, read_pack
     from ..analysis.experiment.read import read_config
+
+    if os.path.isfile(file) and is_pack(file):
+        try:
+            return read_pack(file)
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
+            raise InputError(f"{file}: msprobe's config_check pack does not read ({type(exc).__name__}: {exc})") \
+                from None
 
     if not os.path.exists(file):
         if os.path.isdir(path):

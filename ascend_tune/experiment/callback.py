@@ -25,6 +25,7 @@ import torch
 
 from .._version import __version__
 from ..contract.callbacks import STEPS_DONE, Callback
+from ..formats.config_json import FORMAT
 from ..formats.run_dir import CONFIG_JSON, rank_dir_name
 from ..recording.frames import internal
 from ..recording.modules import Detachable, unwrapped
@@ -35,7 +36,6 @@ if TYPE_CHECKING:
     from ..contract.context import RunContext
 
 logger = logging.getLogger("ascend_tune")
-FORMAT = 1  # config.json's version
 _OPTIMIZER_FILE = os.path.normcase(sys.modules[torch.optim.Optimizer.__module__].__file__ or "")
 _local = threading.local()
 CLIPPERS = {  # torch.nn.utils' clipping functions: the setting each records, and its arguments after the parameters

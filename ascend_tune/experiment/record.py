@@ -41,20 +41,7 @@ from typing import Any, Optional
 
 import torch
 
-LIBRARIES = ("torch", "torch_npu", "numpy", "transformers", "accelerate", "lightning", "pytorch_lightning",
-             "deepspeed", "mindstudio-probe")
-MODULES = {"mindstudio-probe": "msprobe"}  # a library whose module has another name
-VARIABLES = (
-    # determinism and collectives, each with its counterpart on the other device (analysis/experiment/compare.py)
-    "CUBLAS_WORKSPACE_CONFIG", "NCCL_DETERMINISTIC", "HCCL_DETERMINISTIC", "CUDA_LAUNCH_BLOCKING",
-    "ASCEND_LAUNCH_BLOCKING", "NCCL_ALGO", "HCCL_ALGO", "NCCL_PROTO", "NCCL_P2P_DISABLE", "NCCL_IB_DISABLE",
-    "HCCL_INTRA_PCIE_ENABLE", "HCCL_INTRA_ROCE_ENABLE", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_NPU_ALLOC_CONF",
-    "TORCH_CUDNN_V8_API_ENABLED", "NVIDIA_TF32_OVERRIDE", "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE",
-    "ASCEND_RT_VISIBLE_DEVICES",
-    "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "ATEN_CPU_CAPABILITY", "DNNL_MAX_CPU_ISA",
-    "PYTHONHASHSEED", "TASK_QUEUE_ENABLE", "INF_NAN_MODE_ENABLE", "COMBINED_ENABLE", "ACL_OP_COMPILER_CACHE_MODE",
-)
-"""The environment variables config.json records the values of (the only ones it reads)."""
+from ..formats.config_json import LIBRARIES, MODULES, VARIABLES
 
 
 def section(read: Any, *args: Any) -> Any:
@@ -263,20 +250,35 @@ def model_of(models: tuple) -> dict:
 
 
 def weights_of(models: tuple) -> dict:
-    """Each parameter's mean, std and largest magnitude (float64, on its device, read back once), and their sum."""
+    """Each parameter's mean, std, largest magnitude, max, min and norm (float64, on its device, read back once:
+    the statistics msprobe's config_check packs, beside ours), and their sum."""
     names, stats = [], []
     with torch.no_grad():
         for m, model in enumerate(models):
             for name, param in model.named_parameters():
+                if not param.numel():
+                    continue
                 x = param.detach().double()
                 names.append(f"{m}.{name}" if len(models) > 1 else name)
                 std = x.std() if x.numel() > 1 else torch.zeros((), dtype=torch.float64, device=x.device)
-                stats.append(torch.stack([x.mean(), std, x.abs().max(), x.sum()]))
+                low, high = torch.aminmax(x)
+                stats.append(torch.stack([x.mean(), std, torch.maximum(-low, high), x.sum(), high, low,
+                                          torch.linalg.vector_norm(x)]))
         if not stats:
             return {}
-        values = torch.stack([s.to("cpu") for s in stats]).tolist()  # the one read-back
-    per = {n: {"mean": v[0], "std": v[1], "absmax": v[2]} for n, v in zip(names, values)}
+        values = _read_back(stats)
+    per = {n: dict(zip(WEIGHT_STATISTICS, v[:3] + v[4:])) for n, v in zip(names, values)}
     return {"sum": sum(v[3] for v in values), "per_parameter": per}
+
+
+WEIGHT_STATISTICS = ("mean", "std", "absmax", "max", "min", "norm")
+TENSOR_STATISTICS = ("sum", "mean_square", "mean", "max", "min", "norm")
+
+
+def _read_back(stats: list) -> list:
+    """The rows of ``stats`` (1-D tensors, on any devices) as lists of floats: one transfer to the host."""
+    device = stats[0].device
+    return torch.stack([s.to(device) for s in stats]).cpu().tolist()
 
 
 def loader_of(loader: Any) -> dict:
@@ -299,20 +301,21 @@ def loader_of(loader: Any) -> dict:
 
 
 def tensor_fingerprints(calls: list) -> list:
-    """Statistics of the tensors among each forward call's ``(args, kwargs)``: shape, dtype, sum and mean of
-    squares, all the calls' read back at once."""
+    """Statistics of the tensors among each forward call's ``(args, kwargs)``: shape, dtype, sum, mean of squares,
+    mean, max, min and norm (msprobe's config_check packs the last four), all the calls' read back at once."""
     keys, stats = [], []
     for n, (args, kwargs) in enumerate(calls):
         items = [(str(i), a) for i, a in enumerate(args)] + [(str(k), v) for k, v in kwargs.items()]
         for key, value in items:
             if isinstance(value, torch.Tensor) and value.numel():
                 x = value.detach().double()
-                stats.append(torch.stack([x.sum(), (x * x).mean()]).to("cpu"))
+                low, high = torch.aminmax(x)
+                stats.append(torch.stack([x.sum(), (x * x).mean(), x.mean(), high, low, torch.linalg.vector_norm(x)]))
                 keys.append((n, key, list(value.shape), plain(value.dtype)))
-    values = torch.stack(stats).tolist() if stats else []  # the one read-back
+    values = _read_back(stats) if stats else []
     found: list = [{} for _ in calls]
-    for (n, key, shape, dtype), (total, square) in zip(keys, values):
-        found[n][key] = {"shape": shape, "dtype": dtype, "sum": total, "mean_square": square}
+    for (n, key, shape, dtype), row in zip(keys, values):
+        found[n][key] = {"shape": shape, "dtype": dtype, **dict(zip(TENSOR_STATISTICS, row))}
     return found
 
 

@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from .msprobe_pack import from_pack
 from .read import RANKS, run_config
 
 SEVERITIES = ("error", "warning", "info")
@@ -99,18 +100,40 @@ class ConfigComparison:
 def compare_configs(base: dict, target: dict, base_label: str = "BASE", target_label: str = "TARGET") -> \
         ConfigComparison:
     """Every difference of ``target`` from ``base`` (see the module docstring)."""
-    found = _differences(base, target)
+    found = []
+    cross = from_pack(base) or from_pack(target)
+    if cross:  # another engine's: the sections both record, the rest named once
+        both = set(base) & set(target)
+        for side, config, label in (("base", base, base_label), ("target", target, target_label)):
+            alone = sorted(k for k in set(config) - both if k != RANKS)
+            if alone:
+                found.append(Difference("sections", None, None, "info",
+                                        f"recorded in the {side} ({label}) only, not compared: {', '.join(alone)}"))
+        base, target = _common_forwards({k: v for k, v in base.items() if k in both},
+                                        {k: v for k, v in target.items() if k in both})
+    found += _differences(base, target, cross)
     ranks_b, ranks_t = base.get(RANKS) or {}, target.get(RANKS) or {}
     shown = {d.key for d in found}
     for rank in sorted(set(ranks_b) & set(ranks_t), key=int):
         found += [Difference(f"{RANKS}.{rank}.{d.key}", d.base, d.target, d.severity, d.note)
-                  for d in _differences(ranks_b[rank], ranks_t[rank]) if d.key not in shown and d.key != "rank"]
+                  for d in _differences(ranks_b[rank], ranks_t[rank], cross) if d.key not in shown and d.key != "rank"]
     found.sort(key=lambda d: (SEVERITIES.index(d.severity), d.key))
     return ConfigComparison(base_label, target_label, tuple(found))
 
 
-def _differences(base: dict, target: dict) -> list:
-    """The differences of one rank's two configs (unsorted)."""
+def _common_forwards(base: dict, target: dict) -> tuple:
+    """Both configs with as many first forwards as both record (msprobe packs the first forwards of the run, this
+    package those of the first step)."""
+    lists = [(c.get("data") or {}).get("first_forwards") for c in (base, target)]
+    if not all(isinstance(f, list) for f in lists):
+        return base, target
+    n = min(len(f) for f in lists)
+    return tuple(dict(c, data=dict(c["data"], first_forwards=f[:n])) for c, f in zip((base, target), lists))
+
+
+def _differences(base: dict, target: dict, both_only: bool = False) -> list:
+    """The differences of one rank's two configs (unsorted); ``both_only`` (two engines' files): a setting one
+    side did not record (missing or None) is not compared."""
     found = []
     for key in LISTED:  # one scheduler more or less is one difference, not one per setting of it
         b, t = base.get(key), target.get(key)
@@ -126,6 +149,8 @@ def _differences(base: dict, target: dict) -> list:
         if key.startswith(_ENV) or any(_under(key, g) for g in GROUPED):
             continue
         b, t = flat_b.get(key, _MISSING), flat_t.get(key, _MISSING)
+        if both_only and any(v is _MISSING or v is None for v in (b, t)):
+            continue
         if not _same(b, t):
             found.append(Difference(key, _shown(b), _shown(t), severity(key), NOTES.get(key, "")))
     return found
@@ -192,16 +217,27 @@ def _shown(value: Any) -> Any:
 
 
 def _grouped(group: str, flat_b: dict, flat_t: dict) -> list:
-    """One difference for all the keys under ``group`` that differ beyond :data:`STATISTICS_RTOL`."""
-    keys = sorted(k for k in set(flat_b) | set(flat_t) if _under(k, group))
-    if not keys:
+    """One difference for the entries under ``group`` (a parameter, a forward's argument) that differ: a statistic
+    both record beyond :data:`STATISTICS_RTOL`, or an entry one side lacks (another engine's statistics that this
+    one does not record are not compared)."""
+    keys_b, keys_t = {k for k in flat_b if _under(k, group)}, {k for k in flat_t if _under(k, group)}
+    if not keys_b and not keys_t:
         return []
-    differ = [k for k in keys if not _same(flat_b.get(k, _MISSING), flat_t.get(k, _MISSING), STATISTICS_RTOL)]
+    # an entry: what a statistic describes (a parameter, an argument), not the group's own total (weights.sum)
+    entries_b, entries_t = ({k.rsplit(".", 1)[0] for k in keys} - {group} for keys in (keys_b, keys_t))
+    common = sorted(keys_b & keys_t)
+    if not common and keys_b and keys_t:
+        return [Difference(group, None, None, "info", "no statistic recorded on both sides: not compared")]
+    differ = sorted(entries_b ^ entries_t) + [k for k in common
+                                              if not _same(flat_b[k], flat_t[k], STATISTICS_RTOL)]
     if not differ:
         return []
     first = differ[0]
-    note = (f"{len(differ)} of {len(keys)} statistics differ beyond {STATISTICS_RTOL:g} (first {first}: "
-            f"{_shown(flat_b.get(first, _MISSING))} vs {_shown(flat_t.get(first, _MISSING))})")
+    if first in entries_b ^ entries_t:
+        what = f"recorded in the {'base' if first in entries_b else 'target'} only"
+    else:
+        what = f"{_shown(flat_b[first])} vs {_shown(flat_t[first])}"
+    note = f"{len(differ)} entries or statistics differ beyond {STATISTICS_RTOL:g} (first {first}: {what})"
     return [Difference(group, None, None, severity(group), note)]
 
 
