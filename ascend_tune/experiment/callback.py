@@ -3,13 +3,15 @@
 At the block's start it reads the loader, the model, the process-wide precision switches, the seed, the
 environment and the LR schedulers of the optimizer passed; during the first step's first forward calls (a forward
 pre-hook on the model, removed after them) autocast and the batches' statistics; at the first step's start the
-initial weights (one read-back); at the optimizer's first ``step()`` its settings (the lr the first update used);
+initial weights' statistics; at the optimizer's first ``step()`` its settings (the lr the first update used);
 during the first ``steps`` steps the gradient clipping calls (``torch.nn.utils.clip_grad_norm_`` and the like
 wrapped, unwrapped after) and the backwards of each step (``torch.autograd.backward`` wrapped likewise: gradient
 accumulation). With no optimizer passed, the schedulers of the one that stepped are found at the window's end.
-config.json is written once, at the end of that window (or at the block's end when the run is shorter): rank 0's in
-the run folder, every other rank's in its ``rank{R}/`` (ranks can differ: their data shards, a seed or a variable
-set on one node). Nothing runs after that; a section that cannot be read is recorded as unreadable, never raised.
+Statistics are computed on the device and come back with no sync (a non-blocking copy and an event, asked at the
+steps after). config.json is written once, when the window is over and they are back (or at the block's end):
+rank 0's in the run folder, every other rank's in its ``rank{R}/`` (ranks can differ: their data shards, a seed or
+a variable set on one node). Nothing runs after that; a section that cannot be read is recorded as unreadable,
+never raised.
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ class ExperimentCallback(Callback):
         self._hook: Any = None
         self._unpatch: Optional[contextlib.ExitStack] = None
         self._written: Optional[str] = None
-        self._last_step: Optional[int] = None
+        self._last_step = 0  # the window's last step (set at the block's start)
         self._stepped: Any = None  # with no optimizer passed: the first that steps
         self._stepping: Any = None
         self._passed: list = []  # the optimizer objects passed to the monitor
@@ -68,6 +70,7 @@ class ExperimentCallback(Callback):
         self._model: Any = None
         self._backwards = [0, 0]  # this step's backwards: outside optimizer.step(), inside it (a closure's)
         self._per_step: list = []
+        self._reads: list = []  # device reads on their way: (put, key, finish, keys, DeviceRead)
 
     def on_enter(self, ctx: RunContext, stack: contextlib.ExitStack) -> None:
         self.data = {
@@ -107,17 +110,19 @@ class ExperimentCallback(Callback):
         # own tensor work is in none (msprobe does not know ascend_tune's internal() marker)
         with internal():
             if step == ctx.start_step and "weights" not in self.data:
-                self.data["weights"] = record.section(record.weights_of, self._models(ctx))
+                self._start(self.data.__setitem__, "weights", record.weight_statistics, record.weights_from,
+                            self._models(ctx))
             if step > ctx.start_step:
                 self._fingerprint()
 
     def on_step_end(self, ctx: RunContext, step: int) -> Optional[str]:
-        if self._written is None:
+        if step <= self._last_step:
             self._per_step.append(tuple(self._backwards))
             self._backwards = [0, 0]
-        if self._forwards or (self._last_step is not None and step >= self._last_step):
+        if self._forwards or step >= self._last_step:
             self._remove_hook()  # after the first step's forwards (the launcher opens the block inside the first)
-        if self._last_step is not None and step >= self._last_step and self._written is None:
+        # written once the window is over and its device reads are on the host (a step or two later: no sync)
+        if step >= self._last_step and self._written is None and self._resolve(wait=False):
             self._write(ctx)
         return STEPS_DONE if self._written is not None else None  # nothing is recorded after the window
 
@@ -125,6 +130,7 @@ class ExperimentCallback(Callback):
         if self._written is None and self.data:
             with internal():
                 self._fingerprint()
+                self._resolve(wait=True)  # the block's end: waiting for the device is allowed
             self._write(ctx)
 
     def summary(self) -> Optional[dict]:
@@ -146,12 +152,45 @@ class ExperimentCallback(Callback):
         return tuple(unwrapped(m) for m in ctx.models)
 
     def _fingerprint(self) -> None:
-        pending = [f for f in self._forwards if isinstance(f, tuple)]
+        """Start reading the statistics of the forwards seen so far (taken: None until they are back)."""
+        pending = [i for i, f in enumerate(self._forwards) if isinstance(f, tuple)]
         if not pending:
             return
-        done = record.section(record.tensor_fingerprints, pending)
-        taken = iter(done if isinstance(done, list) else [done] * len(pending))
-        self._forwards = [next(taken) if isinstance(f, tuple) else f for f in self._forwards]
+        calls = [self._forwards[i] for i in pending]
+        for i in pending:
+            self._forwards[i] = None
+
+        def put(_key: str, found: Any) -> None:
+            for i, entry in zip(pending, found if isinstance(found, list) else [found] * len(pending)):
+                self._forwards[i] = entry
+
+        self._start(put, "first_forwards", record.tensor_statistics,
+                    lambda keys, rows: record.fingerprints_from(keys, rows, len(calls)), calls)
+
+    def _start(self, put: Any, key: str, measure: Any, finish: Any, *args: Any) -> None:
+        """``measure(*args)`` on the device now, read back with no sync (:class:`~.record.DeviceRead`);
+        ``put(key, finish(keys, rows))`` once the rows are on the host (:meth:`_resolve`)."""
+        def begin() -> tuple:
+            keys, rows = measure(*args)
+            return keys, record.DeviceRead(rows)
+
+        started = record.section(begin)
+        if isinstance(started, dict):  # it could not be measured: the section says why
+            put(key, started)
+            return
+        self._reads.append((put, key, finish, *started))
+        self._resolve(wait=False)  # on the host already (the CPU's): put now, as it was measured
+
+    def _resolve(self, wait: bool) -> bool:
+        """Put the reads that are on the host (all of them when ``wait``); True when none is left."""
+        left = []
+        for put, key, finish, keys, read in self._reads:
+            if wait or read.ready():
+                put(key, record.section(lambda: finish(keys, read.values())))  # noqa: B023 - called here, now
+            else:
+                left.append((put, key, finish, keys, read))
+        self._reads = left
+        return not left
 
     def _on_optimizer_step(self, optimizer: Any, args: tuple, kwargs: dict) -> None:
         # never removed from here: torch is iterating its hooks (removed with the clipping wrappers, after the window)
@@ -237,7 +276,7 @@ class ExperimentCallback(Callback):
             self.data["schedulers"] = record.section(record.schedulers_of, optimizers)
         data = self.data.get("data")
         if isinstance(data, dict):  # forwards seen in this very step stay out: their step may be being dumped
-            data["first_forwards"] = [f for f in self._forwards if not isinstance(f, tuple)]
+            data["first_forwards"] = [f for f in self._forwards if isinstance(f, (dict, list))]
         path = ctx.run_dir.path(self._relpath(ctx))
         if ctx.outputs.write_json(path, self.data, output="config.json"):
             self._written = path

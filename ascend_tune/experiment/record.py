@@ -15,8 +15,8 @@ Sections (``ascend-tune compare-config`` compares them, docs/cli.md):
   switches where it is there;
 - ``model``: a fingerprint of the module tree (each module's class and each parameter's name, shape and dtype),
   the dropout rates, train / eval mode, the parameter count;
-- ``weights``: per parameter its mean, standard deviation and largest magnitude at the first step's start, and the
-  sum over the model;
+- ``weights``: per parameter its mean, standard deviation, largest magnitude, max, min and norm at the first step's
+  start, and the sum over the model (computed on the device, read back without a sync: :class:`DeviceRead`);
 - ``data``: the loader's batch size, sampler, shuffle, drop_last, workers, its generator's seed, and the first
   forward calls' tensor arguments as statistics (shape, dtype, sum, mean of squares): another order or augmentation
   shows, no bytes are kept;
@@ -41,6 +41,7 @@ from typing import Any, Optional
 
 import torch
 
+from ..device import new_event
 from ..formats.config_json import LIBRARIES, MODULES, VARIABLES
 
 
@@ -249,9 +250,10 @@ def model_of(models: tuple) -> dict:
             "numel": numel, "param_dtypes": dtypes}
 
 
-def weights_of(models: tuple) -> dict:
-    """Each parameter's mean, std, largest magnitude, max, min and norm (float64, on its device, read back once:
-    the statistics msprobe's config_check packs, beside ours), and their sum."""
+def weight_statistics(models: tuple) -> tuple:
+    """(names, a tensor of rows): each parameter's mean, std, largest magnitude, sum, max, min and norm, in float64
+    on its device (the statistics msprobe's config_check packs, beside ours); read them with :class:`DeviceRead`,
+    turn them into config.json's ``weights`` with :func:`weights_from`."""
     names, stats = [], []
     with torch.no_grad():
         for m, model in enumerate(models):
@@ -264,21 +266,56 @@ def weights_of(models: tuple) -> dict:
                 low, high = torch.aminmax(x)
                 stats.append(torch.stack([x.mean(), std, torch.maximum(-low, high), x.sum(), high, low,
                                           torch.linalg.vector_norm(x)]))
-        if not stats:
-            return {}
-        values = _read_back(stats)
-    per = {n: dict(zip(WEIGHT_STATISTICS, v[:3] + v[4:])) for n, v in zip(names, values)}
-    return {"sum": sum(v[3] for v in values), "per_parameter": per}
+        return names, _rows(stats)
+
+
+def weights_from(names: list, rows: list) -> dict:
+    """config.json's ``weights`` from :func:`weight_statistics`' rows: each parameter's statistics and their sum."""
+    if not names:
+        return {}
+    per = {n: dict(zip(WEIGHT_STATISTICS, v[:3] + v[4:])) for n, v in zip(names, rows)}
+    return {"sum": sum(v[3] for v in rows), "per_parameter": per}
 
 
 WEIGHT_STATISTICS = ("mean", "std", "absmax", "max", "min", "norm")
 TENSOR_STATISTICS = ("sum", "mean_square", "mean", "max", "min", "norm")
 
 
-def _read_back(stats: list) -> list:
-    """The rows of ``stats`` (1-D tensors, on any devices) as lists of floats: one transfer to the host."""
+def _rows(stats: list) -> Optional[torch.Tensor]:
+    """The 1-D ``stats`` (on any devices) as one 2-D tensor on the first one's device, or None when none."""
+    if not stats:
+        return None
     device = stats[0].device
-    return torch.stack([s.to(device) for s in stats]).cpu().tolist()
+    return torch.stack([s.to(device) for s in stats])
+
+
+class DeviceRead:
+    """Device values on their way to the host with no sync: on an accelerator a non-blocking copy into pinned memory
+    and an event (:func:`~ascend_tune.device.new_event`), asked with :meth:`ready` at a later step; on the CPU (or a
+    device with no event API) read where they lie."""
+
+    def __init__(self, rows: Optional[torch.Tensor]):
+        self._event: Any = None
+        self._host = rows
+        if rows is None or rows.is_cpu:
+            return
+        event = new_event(rows.device.type)
+        if event is None:
+            return
+        self._host = torch.empty(rows.shape, dtype=rows.dtype, pin_memory=True)
+        self._host.copy_(rows, non_blocking=True)
+        event.record()
+        self._event = event
+
+    def ready(self) -> bool:
+        """Whether the values are on the host (never blocks)."""
+        return self._event is None or bool(self._event.query())
+
+    def values(self) -> list:
+        """The rows as lists of floats (waits for the copy where it is not done: the block's end only)."""
+        if self._event is not None:
+            self._event.synchronize()
+        return [] if self._host is None else self._host.tolist()
 
 
 def loader_of(loader: Any) -> dict:
@@ -300,9 +337,10 @@ def loader_of(loader: Any) -> dict:
     return out
 
 
-def tensor_fingerprints(calls: list) -> list:
-    """Statistics of the tensors among each forward call's ``(args, kwargs)``: shape, dtype, sum, mean of squares,
-    mean, max, min and norm (msprobe's config_check packs the last four), all the calls' read back at once."""
+def tensor_statistics(calls: list) -> tuple:
+    """(keys, a tensor of rows): the statistics of the tensors among each forward call's ``(args, kwargs)``: sum,
+    mean of squares, mean, max, min and norm (msprobe's config_check packs the last four); :func:`fingerprints_from`
+    makes config.json's entries of them."""
     keys, stats = [], []
     for n, (args, kwargs) in enumerate(calls):
         items = [(str(i), a) for i, a in enumerate(args)] + [(str(k), v) for k, v in kwargs.items()]
@@ -312,9 +350,13 @@ def tensor_fingerprints(calls: list) -> list:
                 low, high = torch.aminmax(x)
                 stats.append(torch.stack([x.sum(), (x * x).mean(), x.mean(), high, low, torch.linalg.vector_norm(x)]))
                 keys.append((n, key, list(value.shape), plain(value.dtype)))
-    values = _read_back(stats) if stats else []
-    found: list = [{} for _ in calls]
-    for (n, key, shape, dtype), row in zip(keys, values):
+    return keys, _rows(stats)
+
+
+def fingerprints_from(keys: list, rows: list, calls: int) -> list:
+    """Each of ``calls`` forward calls' ``{argument: {shape, dtype, statistics}}`` from :func:`tensor_statistics`."""
+    found: list = [{} for _ in range(calls)]
+    for (n, key, shape, dtype), row in zip(keys, rows):
         found[n][key] = {"shape": shape, "dtype": dtype, **dict(zip(TENSOR_STATISTICS, row))}
     return found
 
