@@ -10,7 +10,9 @@
 4. **a profiler trace with CUDA activity**: kernels in the trace, and the advisor reports none of the monitor's
    read-backs as a host sync;
 5. **a statistics dump** of one step on the device (mix level): every float tensor has its four statistics;
-6. **the overhead ratio**: monitored steps/sec over the bare loop's, same process, interleaved repeats.
+6. **the overhead ratio**: monitored steps/sec over the bare loop's, same process, interleaved repeats;
+7. **config.json on the device**: autocast per device and the weights' statistics recorded (with no sync: check 1
+   runs with the recording on), and a run with TF32 matmuls named by compare-config.
 
 Deterministic algorithms are on (cuDNN's included), so two runs of the same loop are bitwise equal and "changes
 nothing" can be checked bitwise. Prints one line per check and exits 1 when one fails.
@@ -20,7 +22,9 @@ Usage: python benchmarks/cuda_check.py [--steps 60]
 from __future__ import annotations
 
 import argparse
+import contextlib
 import glob
+import io
 import json
 import os
 import sys
@@ -36,6 +40,7 @@ from torch import nn  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
 from ascend_tune import TrainingMonitor  # noqa: E402
+from ascend_tune.cli import main as cli  # noqa: E402
 from ascend_tune.testing.models import synthetic_images  # noqa: E402
 
 
@@ -211,6 +216,41 @@ def check_overhead(out: str, steps: int, repeats: int = 3) -> tuple:
     return ratio <= 1.05, f"monitored / bare wall time {ratio:.3f}x (bare step {per_step:.2f} ms, best of {repeats})"
 
 
+def check_config(out: str, steps: int) -> tuple:
+    """config.json on the device: autocast and the weights recorded with no sync (check 1 runs with it on), and a
+    TF32 run named by compare-config."""
+    def run(name: str, tf32: bool) -> str:
+        model, optimizer, loader = make(batches=12)
+        before = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        try:
+            with TrainingMonitor(model, optimizer, loader, log_dir=os.path.join(out, name), quiet=True, tune=False):
+                for images, labels in loader:
+                    images, labels = images.cuda(non_blocking=True), labels.cuda(non_blocking=True)
+                    with torch.autocast("cuda", dtype=torch.bfloat16):
+                        loss = F.cross_entropy(model(images), labels)
+                    optimizer.zero_grad(set_to_none=True)
+                    loss.backward()
+                    optimizer.step()
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = before
+        return os.path.join(out, name)
+
+    base, tf32 = run("base", False), run("tf32", True)
+    with open(os.path.join(base, "config.json"), encoding="utf-8") as fh:
+        config = json.load(fh)
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        code = cli(["compare-config", base, tf32, "--json"])
+    errors = [d["key"] for d in json.loads(printed.getvalue())["differences"] if d["severity"] == "error"]
+    autocast = config["precision"]["autocast"]["cuda"]
+    weights = len(config["weights"].get("per_parameter", {}))
+    ok = autocast == {"enabled": True, "dtype": "bfloat16"} and weights > 0 and code == 1 and errors == [
+        "precision.cuda_matmul_allow_tf32"]
+    return ok, (f"autocast cuda {autocast}, {weights} parameters' statistics, first forwards "
+                f"{len(config['data'].get('first_forwards', []))}; compare-config against allow_tf32: exit {code}, "
+                f"errors {errors}")
+
+
 def _tensors(value):
     if isinstance(value, dict):
         if value.get("type") == "torch.Tensor":
@@ -228,6 +268,7 @@ CHECKS = {
     "fused-optimizer choice": check_fused_choice,
     "profile trace and dump": check_profile_and_dump,
     "overhead": check_overhead,
+    "config.json": check_config,
 }
 
 
