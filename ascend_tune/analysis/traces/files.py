@@ -145,6 +145,12 @@ class TraceStream:
         self._eof = False
 
     def __iter__(self) -> Iterator[dict]:
+        for batch in self.batches():
+            yield from batch
+
+    def batches(self) -> Iterator[list]:
+        """The events in the runs they were decoded in (lists of event dicts, ``ts`` / ``dur`` numbers): a reader
+        that loops over these pays no generator step per event."""
         try:
             self._fh = _open_text(self.path)
             yield from self._events()
@@ -191,7 +197,7 @@ class TraceStream:
         if not found:
             self._not_chrome()
 
-    def _array(self) -> Iterator[dict]:
+    def _array(self) -> Iterator[list]:
         self._pos += 1  # the '['
         if self._peek() == "]":
             self._pos += 1
@@ -199,10 +205,9 @@ class TraceStream:
         while True:
             batch = self._batch()
             if batch:
-                for record in batch:
-                    yield self._numeric(self._event(record))
+                yield self._checked(batch)
                 continue
-            yield self._numeric(self._event(self._value()))
+            yield self._checked([self._value()])
             following = self._peek()
             self._pos += 1
             if following == "]":
@@ -226,23 +231,26 @@ class TraceStream:
         self._pos = last.end()
         return records
 
-    def _event(self, record):
-        if not isinstance(record, dict):
-            raise InputError(f"{self.path}: not a Chrome trace (an event is a {type(record).__name__}, not an object)")
-        return record
+    def _checked(self, records: list) -> list:
+        """``records`` with every ``ts`` / ``dur`` a number; one that is not an event object raises."""
+        for record in records:
+            if not isinstance(record, dict):
+                raise InputError(f"{self.path}: not a Chrome trace (an event is a {type(record).__name__}, not an "
+                                 "object)")
+            ts = record.get("ts")
+            if isinstance(ts, str) or isinstance(record.get("dur"), str):
+                self.string_ts += isinstance(ts, str)
+                self._numeric(record)
+        return records
 
-    def _numeric(self, event: dict) -> dict:
-        ts, dur = event.get("ts"), event.get("dur")
-        if isinstance(ts, str) or isinstance(dur, str):
-            self.string_ts += isinstance(ts, str)
-            for key in ("ts", "dur"):
-                if isinstance(event.get(key), str):
-                    try:
-                        event[key] = float(event[key])
-                    except ValueError as exc:
-                        raise InputError(f"{self.path}: an event's {key} is not a number ({_first_line(exc)}); "
-                                         "re-run the profiler") from None
-        return event
+    def _numeric(self, event: dict) -> None:
+        for key in ("ts", "dur"):
+            if isinstance(event.get(key), str):
+                try:
+                    event[key] = float(event[key])
+                except ValueError as exc:
+                    raise InputError(f"{self.path}: an event's {key} is not a number ({_first_line(exc)}); "
+                                     "re-run the profiler") from None
 
     def _peek(self) -> str:
         """The next character that is not white space ('' at the end), without consuming it."""
