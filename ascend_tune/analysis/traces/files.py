@@ -5,9 +5,9 @@ of events whose ``ts`` is often a *string* of microseconds (its ``convert_ns2us_
 become a :class:`TraceFile` whose events have numeric ``ts`` and ``dur``, so no reader downstream sees the strings.
 Every failure is one ``InputError`` whose message starts with the path and says what to do.
 
-:func:`stream_trace_file` reads the same files one event at a time (a 4 MB window of text decoded with the C JSON
-scanner), so a 1 GB trace never sits in memory as text plus a full tree of dicts: ``read_trace`` keeps only what
-it needs of each event.
+:func:`stream_trace_file` reads the same files a run of events at a time (a 1 MB window of text decoded with the C
+JSON scanner), so a 1 GB trace never sits in memory as text plus a full tree of dicts: ``read_trace`` keeps only
+what it needs of each event.
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def _first_line(exc: BaseException) -> str:
     return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
-_CHUNK = 1 << 22  # characters read at a time by the streaming reader
+_CHUNK = 1 << 20  # characters read at a time: the decoded events of one window are the reader's transient memory
 _DECODER = json.JSONDecoder()
 _SPACE = " \t\r\n"
 # Where one event may end and the next begin. A cut there is only a guess (the same text can sit inside an event's

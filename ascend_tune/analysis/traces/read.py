@@ -92,6 +92,7 @@ def _events_of(stream) -> tuple:
     seen_pids: set = set()
     renamed: set = set()  # pids named after some of their events were read
     intern = sys.intern
+    ids: dict = {}  # pid / tid -> the one int object events of it point to
     shapes_only: dict = {}  # Input Dims text -> the one args dict of the events whose kept args are that alone
     for batch in stream.batches():
         for record in batch:
@@ -115,12 +116,16 @@ def _events_of(stream) -> tuple:
                     dims = kept["Input Dims"] = intern(str(kept["Input Dims"]))
                     if len(kept) == 1:
                         kept = shapes_only.setdefault(dims, kept)
-            name, cat, pid = record.get("name", ""), record.get("cat") or "", record.get("pid")
+            name, cat, pid, tid = record.get("name", ""), record.get("cat") or "", record.get("pid"), record.get("tid")
             name = intern(name if type(name) is str else str(name))
             cat = intern(cat if type(cat) is str else str(cat))
+            if type(pid) is int:  # the decoder makes a new int for every event: one per process and thread instead
+                pid = ids.setdefault(pid, pid)
+            if type(tid) is int:
+                tid = ids.setdefault(tid, tid)
             seen_pids.add(pid)
             role = _role(name, cat, "Task Type" in kept, process_names.get(pid, ""))
-            events.append(_new_event(Event, (name, cat, role, ts, max(dur, 0.0), pid, record.get("tid"), kept)))
+            events.append(_new_event(Event, (name, cat, role, ts, max(dur, 0.0), pid, tid, kept)))
     if renamed:
         events = [event._replace(role=_role(event.name, event.cat, "Task Type" in event.args,
                                             process_names.get(event.pid, "")))
