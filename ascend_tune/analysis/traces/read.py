@@ -43,7 +43,7 @@ def read_trace(path: Union[str, os.PathLike]) -> Trace:
     """
     stream = stream_trace_file(path)
     path = stream.path
-    with _cyclic_gc_paused():
+    with cyclic_gc_paused():
         events, process_names = _events_of(stream)
     header = stream.header
     kind = "torch_npu" if stream.kind == "torch_npu" else "torch.profiler"
@@ -156,10 +156,11 @@ def _role(name: str, cat: str, has_task_type: bool, process: str) -> Optional[Ro
 
 
 @contextlib.contextmanager
-def _cyclic_gc_paused():
-    """No cyclic garbage collection while a trace is read: each of its ~1e5 events is a container that stays, so
-    the collector would walk the growing heap again and again (half of the reading time) and find nothing, the
-    events and their args holding no cycles."""
+def cyclic_gc_paused():
+    """No cyclic garbage collection inside the block: a trace's ~1e5 events are containers that stay, so the
+    collector would walk the growing heap again and again (half of the reading time) and find nothing, the events
+    and their args holding no cycles. Around the work over a read trace too: the first collections after a read
+    walk all of its events once more."""
     enabled = gc.isenabled()
     gc.disable()
     try:
