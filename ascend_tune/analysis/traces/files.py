@@ -18,7 +18,7 @@ import os
 import re
 import zlib
 from collections.abc import Iterator
-from typing import NamedTuple, Union
+from typing import Any, Callable, NamedTuple, Union
 
 from ...errors import InputError
 
@@ -140,6 +140,7 @@ class TraceStream:
         self.header: dict = {}
         self.string_ts = 0
         self._fh = None
+        self._loads = fast_json_loads()
         self._buf = ""
         self._pos = 0
         self._eof = False
@@ -224,12 +225,23 @@ class TraceStream:
             last = match
         if last is None or last.start() <= pos:
             return []
-        try:
-            records = json.loads("[" + buf[pos:last.start() + 1] + "]")
-        except ValueError:
+        records = self._decoded("[" + buf[pos:last.start() + 1] + "]")
+        if records is None:
             return []
         self._pos = last.end()
         return records
+
+    def _decoded(self, text: str):
+        """``text`` decoded (orjson where installed), None when it is not JSON."""
+        while True:
+            try:
+                return self._loads(text)
+            except ValueError:
+                if self._loads is json.loads:
+                    return None
+                # orjson refuses some JSON the standard library reads (NaN, a lone surrogate, a float past the
+                # double range) and fails on a wrong cut alike: the standard library reads the rest of the file
+                self._loads = json.loads
 
     def _checked(self, records: list) -> list:
         """``records`` with every ``ts`` / ``dur`` a number; one that is not an event object raises."""
@@ -299,6 +311,20 @@ class TraceStream:
             f"{self.path}: not a Chrome trace (expected a list of events or an object with traceEvents); give a "
             "torch.profiler *.pt.trace.json or a torch_npu trace_view.json"
         )
+
+
+def fast_json_loads() -> Callable[[str], Any]:
+    """``orjson.loads`` where the ``orjson`` extra is installed, else ``json.loads``.
+
+    orjson decodes a run of trace events ~1.5x as fast as the standard library's C scanner (the decoding is a third
+    of compare-trace's time) and gives the same values for all a profiler writes; the one difference it does not
+    raise on, an integer past 64 bits read as a float, no profiler writes (its ids and sizes are C integers).
+    """
+    try:
+        import orjson
+    except ImportError:
+        return json.loads
+    return orjson.loads
 
 
 def stream_trace_file(path: Union[str, os.PathLike]) -> TraceStream:
