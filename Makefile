@@ -4,7 +4,7 @@ TORCH_SPEC ?= torch==2.13.0
 # One venv per torch, so trying another torch never touches .venv: TORCH_SPEC=torch==2.1.2 uses .venv-torch2.1.
 DEFAULT_TORCH_SPEC := torch==2.13.0
 VENV ?= $(if $(filter $(DEFAULT_TORCH_SPEC),$(TORCH_SPEC)),.venv,.venv-$(basename $(subst ==,,$(TORCH_SPEC))))
-EXTRAS ?= test,plot,msprobe,msprof,tensorboard,hta
+EXTRAS ?= test,plot,msprobe,msprof,tensorboard,hta,orjson
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.ascend_tune-installed
 DEMO_OUT ?= exp/demo

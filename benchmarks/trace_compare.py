@@ -5,8 +5,9 @@ for ``--steps`` steps, a base and a target whose attention block runs extra tanh
 interleaved (``--repeats`` rounds): ``ascend-tune compare-trace BASE TARGET`` (the whole command: read both
 traces, attribute, compare, print) and HTA's ``TraceDiff.compare_traces(base_dir, target_dir)`` (parse both
 traces, op counts and durations by name). Prints each one's median time, its peak RSS (the process's ru_maxrss),
-the ratio of times, and peak memory over the larger file's size. Goals (issue #24): >= 3x faster than HTA, memory
-within 2x the larger file.
+the ratio of times, and peak memory over the larger file's size, and which JSON decoder compare-trace used (orjson
+where the ``orjson`` extra is installed). Goals (issues #24, #34): >= 3x faster than HTA, memory within 2x the
+larger file.
 
     python benchmarks/trace_compare.py [--steps 40] [--layers 4] [--repeats 3] [--keep DIR]
 """
@@ -14,6 +15,7 @@ within 2x the larger file.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import shutil
 import statistics
@@ -94,8 +96,9 @@ def main() -> int:
                 subprocess.run([sys.executable, "-c", MAKE_TRACE, folder, str(args.steps), str(args.layers), slow],
                                check=True, capture_output=True, env=env)
         largest = max(os.path.getsize(_trace_file(f)) for f in folders)
+        decoder = "orjson" if importlib.util.find_spec("orjson") else "the standard library's json (no orjson extra)"
         print(f"trace pair: {args.steps} steps of a {args.layers}-layer TinyGPT, largest file "
-              f"{largest / 2**20:.1f} MB")
+              f"{largest / 2**20:.1f} MB; compare-trace decodes with {decoder}")
         try:
             import hta  # noqa: F401
             have_hta = True

@@ -16,12 +16,13 @@ its events' self times (duration minus their children's) per label. What no even
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 from dataclasses import dataclass
 
 from ...formats.trace_names import module_scope_path
-from .model import Step, Trace
+from .model import Step, Trace, is_op_name
 from .vocabulary import COMPUTE_KINDS, DATA, HOST_SYNC, IDLE, OPTIMIZER, OUTSIDE, compute_kind, context_kind
 
 LEVELS = ("module", "op", "kind")
@@ -51,14 +52,16 @@ def label_events(trace: Trace) -> Labels:
     module: list = [None] * n
     op: list = [None] * n
     context: list = [None] * n
-    for index, event in enumerate(events):
-        if event.role != "device":
-            self_us[index] = event.dur
+    kinds: list = [None] * n
     scopes = "none"
     forward_module: dict = {}
+    # a parent comes before its children (events are sorted by start), so its own duration is in place before they
+    # take theirs off it
     for index, event in enumerate(events):
-        if event.role == "device":
+        role = event.role
+        if role == "device":
             continue
+        self_us[index] = event.dur
         parent = parents[index]
         if parent >= 0:
             self_us[parent] -= event.dur
@@ -66,33 +69,24 @@ def label_events(trace: Trace) -> Labels:
         else:
             inherited_module = inherited_op = inherited_context = None
         name = event.name
-        path = module_scope_path(name) if event.role == "host" else None
+        path, frame, own_context, own_op, backward_wrapper = _name_says(name, role)
         if path is not None:
             scopes = "monitor"
-        elif event.role == "python" and name.startswith(_TORCH_MODULE_FRAME):
-            path = name[len(_TORCH_MODULE_FRAME):]
-            path = path if inherited_module is None else f"{inherited_module}.{path}"
+        elif frame is not None:
+            path = frame if inherited_module is None else f"{inherited_module}.{frame}"
             scopes = "monitor" if scopes == "monitor" else "with_modules"
-        own_context = context_kind(name) if event.role in ("host", "runtime") else None
         if _CONTEXT_RANK[own_context] < _CONTEXT_RANK[inherited_context]:
             own_context = inherited_context
         context[index] = own_context
-        if event.role == "host" and (event.is_op or _AUTOGRAD_NODE.match(name)):
-            op[index] = name[len(_BACKWARD_WRAPPER):] if name.startswith(_BACKWARD_WRAPPER) else name
-        else:
-            op[index] = inherited_op
+        op[index] = own_op if own_op is not None else inherited_op
         sequence = event.args.get("Sequence number")
-        if path is None and inherited_module is None and sequence is not None and name.startswith(_BACKWARD_WRAPPER):
+        if path is None and inherited_module is None and sequence is not None and backward_wrapper:
             path = forward_module.get(sequence)
         module[index] = path if path is not None else inherited_module
-        if sequence is not None and not name.startswith(_BACKWARD_WRAPPER) and module[index] is not None:
+        if sequence is not None and not backward_wrapper and module[index] is not None:
             forward_module.setdefault(sequence, module[index])
-    kinds: list = [None] * n
-    for index, event in enumerate(events):
-        if event.role == "device":
-            continue
-        if context[index] is not None:
-            kinds[index] = context[index]
+        if own_context is not None:
+            kinds[index] = own_context
         elif op[index] is not None:
             kinds[index] = compute_kind(op[index])
         else:
@@ -100,19 +94,34 @@ def label_events(trace: Trace) -> Labels:
     return Labels(tuple(max(s, 0.0) for s in self_us), tuple(module), tuple(op), tuple(kinds), scopes)
 
 
+@functools.lru_cache(maxsize=4096)  # a trace has a few hundred distinct names, each on ~1e3 events
+def _name_says(name: str, role: str) -> tuple:
+    """What an event's name alone says: (its module scope's path, a ``with_modules`` frame's module, the context
+    kind it opens, the op it is, whether it wraps a backward op), each None / False where it says nothing."""
+    path = module_scope_path(name) if role == "host" else None
+    frame = name[len(_TORCH_MODULE_FRAME):] if (
+        path is None and role == "python" and name.startswith(_TORCH_MODULE_FRAME)) else None
+    own_context = context_kind(name) if role in ("host", "runtime") else None
+    own_op = None
+    if role == "host" and (is_op_name(name) or _AUTOGRAD_NODE.match(name)):
+        own_op = name[len(_BACKWARD_WRAPPER):] if name.startswith(_BACKWARD_WRAPPER) else name
+    return path, frame, own_context, own_op, name.startswith(_BACKWARD_WRAPPER)
+
+
 def step_rows(trace: Trace, labels: Labels, step: Step) -> dict:
     """``{level: Counter(label -> µs)}`` for one step; each level's values add up to the step's wall time."""
     out = {level: Counter() for level in LEVELS}
     counted = 0.0
+    columns = [(out[level], getattr(labels, level), OUTSIDE_LABEL[level]) for level in LEVELS]
+    events, self_us = trace.events, labels.self_us
     for index in trace.in_step(step):
-        event = trace.events[index]
-        if event.role == "device":
+        if events[index].role == "device":
             continue
-        spent = labels.self_us[index]  # the ProfilerStep range's own self time is the step's outside time
+        spent = self_us[index]  # the ProfilerStep range's own self time is the step's outside time
         counted += spent
-        for level in ("module", "op", "kind"):
-            label = getattr(labels, level)[index]
-            out[level][label if label is not None else OUTSIDE_LABEL[level]] += spent
+        for rows, label_of, outside in columns:
+            label = label_of[index]
+            rows[label if label is not None else outside] += spent
     rest = step.dur - counted
     for level in LEVELS:
         out[level][OUTSIDE_LABEL[level]] += rest
@@ -128,14 +137,15 @@ def _read_back_loop_us(trace: Trace, labels: Labels, step: Step) -> float:
     """The host's time between two consecutive top-level host syncs with no other op between them: the Python of
     a read-back loop (``[x.item() for x in t]``), host-sync time rather than time outside any op."""
     loop, previous = 0.0, {}
+    events, parents, op, kind = trace.events, trace.parents, labels.op, labels.kind
     for index in trace.in_step(step):
-        event = trace.events[index]
-        parent = trace.parents[index]
-        if event.role != "host" or labels.op[index] is None or (parent >= 0 and labels.op[parent] is not None):
+        event = events[index]
+        parent = parents[index]
+        if event.role != "host" or op[index] is None or (parent >= 0 and op[parent] is not None):
             continue  # not a top-level op
         before = previous.get(event.tid)
-        if before is not None and labels.kind[index] == HOST_SYNC and labels.kind[before] == HOST_SYNC:
-            loop += max(event.ts - trace.events[before].end, 0.0)
+        if before is not None and kind[index] == HOST_SYNC and kind[before] == HOST_SYNC:
+            loop += max(event.ts - events[before].end, 0.0)
         previous[event.tid] = index
     return loop
 

@@ -5,9 +5,9 @@ of events whose ``ts`` is often a *string* of microseconds (its ``convert_ns2us_
 become a :class:`TraceFile` whose events have numeric ``ts`` and ``dur``, so no reader downstream sees the strings.
 Every failure is one ``InputError`` whose message starts with the path and says what to do.
 
-:func:`stream_trace_file` reads the same files one event at a time (a 4 MB window of text decoded with the C JSON
-scanner), so a 1 GB trace never sits in memory as text plus a full tree of dicts: ``read_trace`` keeps only what
-it needs of each event.
+:func:`stream_trace_file` reads the same files a run of events at a time (a 1 MB window of text decoded with the C
+JSON scanner), so a 1 GB trace never sits in memory as text plus a full tree of dicts: ``read_trace`` keeps only
+what it needs of each event.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import os
 import re
 import zlib
 from collections.abc import Iterator
-from typing import NamedTuple, Union
+from typing import Any, Callable, NamedTuple, Union
 
 from ...errors import InputError
 
@@ -116,7 +116,7 @@ def _first_line(exc: BaseException) -> str:
     return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
-_CHUNK = 1 << 22  # characters read at a time by the streaming reader
+_CHUNK = 1 << 20  # characters read at a time: the decoded events of one window are the reader's transient memory
 _DECODER = json.JSONDecoder()
 _SPACE = " \t\r\n"
 # Where one event may end and the next begin. A cut there is only a guess (the same text can sit inside an event's
@@ -140,11 +140,18 @@ class TraceStream:
         self.header: dict = {}
         self.string_ts = 0
         self._fh = None
+        self._loads = fast_json_loads()
         self._buf = ""
         self._pos = 0
         self._eof = False
 
     def __iter__(self) -> Iterator[dict]:
+        for batch in self.batches():
+            yield from batch
+
+    def batches(self) -> Iterator[list]:
+        """The events in the runs they were decoded in (lists of event dicts, ``ts`` / ``dur`` numbers): a reader
+        that loops over these pays no generator step per event."""
         try:
             self._fh = _open_text(self.path)
             yield from self._events()
@@ -191,7 +198,7 @@ class TraceStream:
         if not found:
             self._not_chrome()
 
-    def _array(self) -> Iterator[dict]:
+    def _array(self) -> Iterator[list]:
         self._pos += 1  # the '['
         if self._peek() == "]":
             self._pos += 1
@@ -199,10 +206,9 @@ class TraceStream:
         while True:
             batch = self._batch()
             if batch:
-                for record in batch:
-                    yield self._numeric(self._event(record))
+                yield self._checked(batch)
                 continue
-            yield self._numeric(self._event(self._value()))
+            yield self._checked([self._value()])
             following = self._peek()
             self._pos += 1
             if following == "]":
@@ -219,30 +225,44 @@ class TraceStream:
             last = match
         if last is None or last.start() <= pos:
             return []
-        try:
-            records = json.loads("[" + buf[pos:last.start() + 1] + "]")
-        except ValueError:
+        records = self._decoded("[" + buf[pos:last.start() + 1] + "]")
+        if records is None:
             return []
         self._pos = last.end()
         return records
 
-    def _event(self, record):
-        if not isinstance(record, dict):
-            raise InputError(f"{self.path}: not a Chrome trace (an event is a {type(record).__name__}, not an object)")
-        return record
+    def _decoded(self, text: str):
+        """``text`` decoded (orjson where installed), None when it is not JSON."""
+        while True:
+            try:
+                return self._loads(text)
+            except ValueError:
+                if self._loads is json.loads:
+                    return None
+                # orjson refuses some JSON the standard library reads (NaN, a lone surrogate, a float past the
+                # double range) and fails on a wrong cut alike: the standard library reads the rest of the file
+                self._loads = json.loads
 
-    def _numeric(self, event: dict) -> dict:
-        ts, dur = event.get("ts"), event.get("dur")
-        if isinstance(ts, str) or isinstance(dur, str):
-            self.string_ts += isinstance(ts, str)
-            for key in ("ts", "dur"):
-                if isinstance(event.get(key), str):
-                    try:
-                        event[key] = float(event[key])
-                    except ValueError as exc:
-                        raise InputError(f"{self.path}: an event's {key} is not a number ({_first_line(exc)}); "
-                                         "re-run the profiler") from None
-        return event
+    def _checked(self, records: list) -> list:
+        """``records`` with every ``ts`` / ``dur`` a number; one that is not an event object raises."""
+        for record in records:
+            if not isinstance(record, dict):
+                raise InputError(f"{self.path}: not a Chrome trace (an event is a {type(record).__name__}, not an "
+                                 "object)")
+            ts = record.get("ts")
+            if isinstance(ts, str) or isinstance(record.get("dur"), str):
+                self.string_ts += isinstance(ts, str)
+                self._numeric(record)
+        return records
+
+    def _numeric(self, event: dict) -> None:
+        for key in ("ts", "dur"):
+            if isinstance(event.get(key), str):
+                try:
+                    event[key] = float(event[key])
+                except ValueError as exc:
+                    raise InputError(f"{self.path}: an event's {key} is not a number ({_first_line(exc)}); "
+                                     "re-run the profiler") from None
 
     def _peek(self) -> str:
         """The next character that is not white space ('' at the end), without consuming it."""
@@ -291,6 +311,20 @@ class TraceStream:
             f"{self.path}: not a Chrome trace (expected a list of events or an object with traceEvents); give a "
             "torch.profiler *.pt.trace.json or a torch_npu trace_view.json"
         )
+
+
+def fast_json_loads() -> Callable[[str], Any]:
+    """``orjson.loads`` where the ``orjson`` extra is installed, else ``json.loads``.
+
+    orjson decodes a run of trace events ~1.5x as fast as the standard library's C scanner (the decoding is a third
+    of compare-trace's time) and gives the same values for all a profiler writes; the one difference it does not
+    raise on, an integer past 64 bits read as a float, no profiler writes (its ids and sizes are C integers).
+    """
+    try:
+        import orjson
+    except ImportError:
+        return json.loads
+    return orjson.loads
 
 
 def stream_trace_file(path: Union[str, os.PathLike]) -> TraceStream:

@@ -43,7 +43,12 @@ class Event(NamedTuple):
 
     @property
     def is_op(self) -> bool:
-        return self.role == "host" and bool(_OP_NAME.match(self.name))
+        return self.role == "host" and is_op_name(self.name)
+
+
+def is_op_name(name: str) -> bool:
+    """A dispatcher op's name (``aten::add``), not a wrapper's (``autograd::...``) or the profiler's own."""
+    return bool(_OP_NAME.match(name))
 
 
 @dataclass(frozen=True)

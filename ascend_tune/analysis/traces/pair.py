@@ -19,7 +19,7 @@ from ..advisor.rules import RULE_OF_KIND, first_fix
 from .compare import NOISE_FLOOR, TraceComparison, compare_sides, side_of
 from .find import TRACE_PATTERNS, find_traces, trace_rank
 from .model import Trace
-from .read import read_trace
+from .read import cyclic_gc_paused, read_trace
 
 PathLike = Union[str, os.PathLike]
 
@@ -37,9 +37,10 @@ def compare_traces(base: PathLike, target: PathLike, step: Optional[int] = None,
     """
     notes: list = []
     paths = [pick_trace(path, rank, notes) for path in (base, target)]
-    base_side = side_of(read_trace(paths[0]), step)  # one trace in memory at a time: the base's goes here
-    target_trace = read_trace(paths[1])
-    sides = [base_side, side_of(target_trace, step)]
+    with cyclic_gc_paused():
+        base_side = side_of(read_trace(paths[0]), step)  # one trace in memory at a time: the base's goes here
+        target_trace = read_trace(paths[1])
+        sides = [base_side, side_of(target_trace, step)]
     for side in sides:
         if side.scopes == "none":
             notes.append(f"{side.path}: no module scopes, so no module rows; profile under TrainingMonitor"
