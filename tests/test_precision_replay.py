@@ -227,6 +227,22 @@ def test_calls_that_cannot_be_replayed_are_listed_with_their_reason(tmp_path):
     assert sum(summary["skip_reasons"].values()) == summary["skipped"]
 
 
+def test_a_tensor_passed_twice_has_its_backward_replayed(tmp_path):
+    torch.manual_seed(0)
+    a, c = torch.randn(4, 6, requires_grad=True), torch.randn(4, 6, requires_grad=True)
+    optimizer = torch.optim.SGD([a, c], lr=0.1)
+    with TrainingMonitor(optimizer=optimizer, log_dir=tmp_path, quiet=True,
+                         precision=dict(task="replay", steps=[0])) as mon:
+        loss = torch.addcmul(a, a, c).square().mean()  # a's copy is made once; c's gradient is its third slot
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        mon.step(loss)
+    _, rows = replayed(tmp_path)
+    row = next(r for r in rows if r["name"] == "Torch.addcmul.0.backward")
+    assert row["verdict"] == "pass", row["reason"]
+
+
 @pytest.mark.parametrize(("data_mode", "directions"), [
     (["forward"], {"forward"}), (["backward"], {"backward"}), (["all"], {"forward", "backward"}),
 ])

@@ -106,14 +106,10 @@ def _arg(args: tuple, kwargs: dict, key: str, pos: int, default: Any) -> Any:
 
 
 class GoldenCopy:
-    """Copies a call's arguments to the CPU in float64 (see the module docstring).
+    """Copies a call's arguments to the CPU in float64 (see the module docstring); :attr:`tensors` holds each
+    distinct tensor's copy, in the order first met."""
 
-    ``grad``: the positions (in :func:`tensors_in` order of the arguments) of tensors whose copies require grad,
-    for a backward replay; :attr:`tensors` holds every tensor copy in that order.
-    """
-
-    def __init__(self, grad: frozenset = frozenset()):
-        self._grad = grad
+    def __init__(self) -> None:
         self._memo: dict = {}
         self.tensors: list = []
 
@@ -128,6 +124,17 @@ class GoldenCopy:
         if func is torch.Tensor.to:  # x.to("npu:0"): a device named by a string
             gargs = tuple("cpu" if isinstance(a, str) and _DEVICE_TEXT.match(a) else a for a in gargs)
         return gargs, gkwargs
+
+    def leaves(self, tensors: list) -> list:
+        """The copies of the device tensors ``tensors`` (arguments already copied), made to require grad: what a
+        backward replay differentiates by."""
+        out = []
+        for tensor in tensors:
+            copy = self._memo[id(tensor)]
+            if copy.is_floating_point():
+                copy.requires_grad_(True)
+            out.append(copy)
+        return out
 
     def copy(self, value: Any, depth: int = 0) -> Any:
         """One argument's golden form."""
@@ -163,8 +170,6 @@ class GoldenCopy:
         dtype = tensor.dtype
         target = torch.float64 if dtype in _FLOAT else torch.complex128 if dtype in _COMPLEX else dtype
         copy = tensor.detach().to(device=CPU, dtype=target, copy=True)
-        if len(self.tensors) in self._grad and copy.is_floating_point():
-            copy.requires_grad_(True)
         self._memo[id(tensor)] = copy
         self.tensors.append(copy)
         return copy

@@ -217,9 +217,9 @@ class StepReplay:
                 raise Unreplayable("an argument changed in place before its backward ran")
             if watch.incoming is None:
                 raise Unreplayable("no gradient reached its output")
-            copier = GoldenCopy(grad=frozenset(indices))
+            copier = GoldenCopy()
             gargs, gkwargs = copier.call_args(watch.func, watch.args, watch.kwargs)
-            leaves = [copier.tensors[i] for i in indices]
+            leaves = copier.leaves([args_list[i] for i in indices])
             with torch.enable_grad():
                 gold_out = tensors_in(_on_cpu(watch.func, gargs, gkwargs))[0]
                 incoming = watch.incoming.detach().to(device="cpu", dtype=gold_out.dtype)
