@@ -5,8 +5,8 @@ Copies: a floating tensor becomes a float64 CPU copy (complex: complex128), an i
 of the same dtype, a floating ``torch.dtype`` argument ``torch.float64`` (``softmax(x, dtype=torch.float32)`` is
 computed in float64 too: a golden value in float32 would not be golden), a device argument the CPU; everything
 else is passed as it was. The same tensor passed twice is copied once (``x * x``, ``x.add_(x)``).
-The error's maths is :mod:`ascend_tune.analysis.dumps.differences`', the verdict rule
-:mod:`ascend_tune.analysis.dumps.replay`'s.
+The error's definition and the verdict rule are :mod:`ascend_tune.analysis.dumps.replay`'s; :func:`measure`
+computes it in torch (the analysis layer reads files and imports no torch).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from ..analysis.dumps.differences import ReplayError, replay_error
+from ..analysis.dumps.differences import ReplayError
 from ..analysis.dumps.tolerance import Standard, standard_for
 
 MAX_DEPTH = 16
@@ -190,7 +190,9 @@ def standard_of(tensors: list, extra: tuple = ()) -> Standard:
 
 class Scratch:
     """Two float64 work buffers reused across a step's measurements (sized to the largest tensor measured), so a
-    measurement allocates nothing; past ``KEEP`` elements they are allocated for that tensor only."""
+    measurement allocates nothing; past ``KEEP`` elements they are allocated for that tensor only. They are held
+    as numpy arrays and lent as tensors over the same memory for one measurement: no float64 tensor outlives its
+    call."""
 
     KEEP = 1 << 22
 
@@ -198,23 +200,23 @@ class Scratch:
         self._a = self._b = np.empty(0)
 
     def buffers(self, n: int) -> tuple:
-        """Two float64 arrays of ``n`` elements."""
+        """Two flat float64 CPU tensors of ``n`` elements."""
         if n > self.KEEP:
-            return np.empty(n), np.empty(n)
+            return torch.empty(n, dtype=torch.float64), torch.empty(n, dtype=torch.float64)
         if self._a.size < n:
             self._a, self._b = np.empty(n), np.empty(n)
-        return self._a[:n], self._b[:n]
-
-
-_NUMPY_READY = {torch.float32, torch.float64}
+        return torch.from_numpy(self._a[:n]), torch.from_numpy(self._b[:n])
 
 
 def measure(device: torch.Tensor, golden: torch.Tensor, rtol: float, scratch: Optional[Scratch] = None) -> ReplayError:
-    """How far ``device`` (any dtype and device) is from ``golden`` (CPU, float64 or integer): see
+    """How far ``device`` (any dtype and device) is from ``golden`` (CPU, float64 or integer): the metrics of
     :mod:`ascend_tune.analysis.dumps.replay`. Raises Unreplayable when the shapes differ.
 
-    The results become read-only float64 numpy views here; the maths is
-    :func:`ascend_tune.analysis.dumps.differences.replay_error`'s.
+    Memory traffic is what measuring a large tensor costs, so it is measured in the fewest passes torch has kernels
+    for, in ``scratch``'s buffers: the device's values converted into one and the golden ones subtracted there,
+    then one read each for the difference's extremes and the two sums of squares (``dot``, no square written), read
+    back together; the relative error is written into the other buffer and read once more. Neither input is
+    written (a view of the device's result may be the user's tensor). Integer and bool values are exact in float64.
     """
     if device.shape != golden.shape:
         raise Unreplayable(f"the CPU replay's shape {list(golden.shape)} differs from the device's "
@@ -225,22 +227,39 @@ def measure(device: torch.Tensor, golden: torch.Tensor, rtol: float, scratch: Op
     n = device.numel()
     if n == 0:
         return ReplayError(0.0, 0.0, 0.0, 0.0, 0)
-    if device.device.type != "cpu":
-        device = device.to(CPU)
-    if device.dtype not in _NUMPY_READY:  # bfloat16 (numpy has none), float16, integers, bool: exact in float64
-        device = device.to(torch.float64)
-    dn = device.contiguous().numpy().reshape(-1)  # both read only: a view of the device's result may be the user's
-    gn = golden.to(torch.float64).contiguous().numpy().reshape(-1)
+    if golden.dtype is not torch.float64:
+        golden = golden.to(torch.float64)
+    gold = golden.reshape(-1)
     diff, work = (scratch or Scratch()).buffers(n)
-    return replay_error(dn, gn, rtol, diff, work, _norm)
-
-
-_LARGE = 1 << 14
-
-
-def _norm(x: np.ndarray, work: np.ndarray) -> float:
-    """The 2-norm of ``x``: squares summed in ``work`` for a small array (numpy's fixed cost is the lower), by one
-    torch reduction for a large one (it only reads; numpy's dot would call a BLAS that may start threads)."""
-    if x.size >= _LARGE:
-        return float(torch.linalg.vector_norm(torch.from_numpy(x)))
-    return math.sqrt(float(np.square(x, out=work).sum()))
+    diff.view(device.shape).copy_(device)  # to the CPU and to float64 in one copy
+    diff.sub_(gold)
+    low, high, diff_sq, gold_sq = torch.stack((*torch.aminmax(diff), torch.dot(diff, diff),
+                                               torch.dot(gold, gold))).tolist()
+    nonfinite = 0
+    if not (math.isfinite(low) and math.isfinite(high)):  # inf/nan on either side: equal ones agree, others count
+        values = work.view(device.shape).copy_(device).view(-1)
+        both = torch.isfinite(values) & torch.isfinite(gold)
+        same = (values == gold) | (torch.isnan(values) & torch.isnan(gold))
+        nonfinite = int(torch.count_nonzero(~both & ~same))
+        gold = torch.where(both, gold, 0.0)
+        diff = torch.where(both, values, 0.0).sub_(gold)
+        low, high, diff_sq, gold_sq = torch.stack((*torch.aminmax(diff), torch.dot(diff, diff),
+                                                   torch.dot(gold, gold))).tolist()
+    max_abs = max(-low, high)
+    if max_abs == 0.0 and not nonfinite:
+        return ReplayError(0.0, 0.0, 0.0, 0.0, 0)
+    total = math.sqrt(gold_sq)
+    rms = total / math.sqrt(n)
+    if rms > 0:
+        torch.abs(gold, out=work).clamp_min_(rms)
+        rel = torch.div(diff, work, out=work)  # signed: its extremes give the largest magnitude
+        low, high = torch.aminmax(rel)
+        max_rel = max(-float(low), float(high))
+        over = int(torch.count_nonzero(rel.abs_() > rtol)) if max_rel > rtol else 0
+    else:  # a golden result of zeros: any difference is infinitely far off
+        max_rel = math.inf if max_abs > 0 else 0.0
+        over = int(torch.count_nonzero(diff))
+    over += nonfinite
+    diff_norm = math.sqrt(diff_sq)
+    norm_err = diff_norm / total if total > 0 else (0.0 if diff_norm == 0 else math.inf)
+    return ReplayError(max_abs, max_rel, min(over / n, 1.0), norm_err, nonfinite)
