@@ -243,6 +243,32 @@ def test_a_tensor_passed_twice_has_its_backward_replayed(tmp_path):
     assert row["verdict"] == "pass", row["reason"]
 
 
+def test_a_forward_checked_with_its_backward_is_checked_before_an_overwrite_or_without_a_backward(tmp_path):
+    torch.manual_seed(0)
+    a = torch.randn(4, 6, requires_grad=True)
+    optimizer = torch.optim.SGD([a], lr=0.1)
+    with TrainingMonitor(optimizer=optimizer, log_dir=tmp_path, quiet=True,
+                         precision=dict(task="replay", steps=[0])) as mon:
+        b = a * 2
+        y = torch.tanh(b)  # its check waits for its backward...
+        b.add_(1.0)  # ...until b is overwritten (tanh's backward needs its result, not b)
+        unused = torch.sigmoid(y)  # never reaches the loss: checked at the step's end
+        loss = y.square().mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        mon.step(loss)
+    _, rows = replayed(tmp_path)
+    by_name = {r["name"]: r for r in rows}
+    names = [r["name"] for r in rows]
+    assert names.index("Torch.tanh.0.forward") < names.index("Tensor.add_.0.forward") < \
+        names.index("Torch.sigmoid.0.forward")  # in execution order, wherever the check ran
+    assert by_name["Torch.tanh.0.forward"]["verdict"] == "pass"
+    assert by_name["Torch.tanh.0.backward"]["reason"] == "an argument changed in place before its backward ran"
+    assert by_name["Torch.sigmoid.0.forward"]["verdict"] == "pass"
+    assert unused.shape == y.shape
+
+
 @pytest.mark.parametrize(("data_mode", "directions"), [
     (["forward"], {"forward"}), (["backward"], {"backward"}), (["all"], {"forward", "backward"}),
 ])

@@ -79,14 +79,20 @@ def skip_reason(name: str, args: tuple, kwargs: dict) -> Optional[str]:
         key, pos = _ATTENTION_DROPOUT[name]
         if _arg(args, kwargs, key, pos, 0.0) not in (0, 0.0):
             return "random: attention dropout, the device's generator state is not reproduced on the CPU"
+    if any(t._is_view() for t in written_by(name, args, kwargs)):
+        return "in-place on a view: it writes through to the tensor it views"
+    return None
+
+
+def written_by(name: str, args: tuple, kwargs: dict) -> list:
+    """The tensors the call ``name`` (its base name) writes into: an in-place call's first argument, ``out=``."""
     written = []
     if is_inplace(name, kwargs) and args and isinstance(args[0], torch.Tensor):
         written.append(args[0])
     out = kwargs.get("out")
-    written += [t for t in (out if isinstance(out, (list, tuple)) else [out]) if isinstance(t, torch.Tensor)]
-    if any(t._is_view() for t in written):
-        return "in-place on a view: it writes through to the tensor it views"
-    return None
+    if out is not None:
+        written += [t for t in (out if isinstance(out, (list, tuple)) else [out]) if isinstance(t, torch.Tensor)]
+    return written
 
 
 def _drops_nothing(name: str, args: tuple, kwargs: dict) -> bool:
@@ -159,20 +165,54 @@ class GoldenCopy:
             return {k: self.copy(v, depth + 1) for k, v in value.items()}
         return value
 
+    @staticmethod
+    def refusal(tensor: torch.Tensor) -> Optional[str]:
+        """Why ``tensor`` is not copied (the call is then not replayed), or None."""
+        if type(tensor) not in (torch.Tensor, torch.nn.Parameter) or tensor.layout != torch.strided:
+            return f"a {type(tensor).__name__} argument ({tensor.layout}): only dense tensors are copied"
+        if tensor.device.type == "meta":
+            return "a meta tensor argument has no values"
+        return None
+
     def _tensor(self, tensor: torch.Tensor) -> torch.Tensor:
         known = self._memo.get(id(tensor))
         if known is not None:
             return known
-        if type(tensor) not in (torch.Tensor, torch.nn.Parameter) or tensor.layout != torch.strided:
-            raise Unreplayable(f"a {type(tensor).__name__} argument ({tensor.layout}): only dense tensors are copied")
-        if tensor.device.type == "meta":
-            raise Unreplayable("a meta tensor argument has no values")
+        why = self.refusal(tensor)
+        if why is not None:
+            raise Unreplayable(why)
         dtype = tensor.dtype
         target = torch.float64 if dtype in _FLOAT else torch.complex128 if dtype in _COMPLEX else dtype
         copy = tensor.detach().to(device=CPU, dtype=target, copy=True)
         self._memo[id(tensor)] = copy
         self.tensors.append(copy)
         return copy
+
+
+def run_on_cpu(func: Any, args: tuple, kwargs: dict) -> Any:
+    """``func`` on the golden copies, CPU autocast off (it would compute the golden value in bfloat16)."""
+    if _cpu_autocast_on():
+        with torch.autocast("cpu", enabled=False):
+            return func(*args, **kwargs)
+    return func(*args, **kwargs)
+
+
+def _cpu_autocast_on() -> bool:
+    try:
+        return torch.is_autocast_enabled("cpu")  # a device type: torch 2.4
+    except TypeError:
+        return torch.is_autocast_cpu_enabled()  # before: one function per device
+
+
+def failure(exc: BaseException, kernel: bool = True) -> str:
+    """The reason replay.csv gives for a replay that raised ``exc`` (``kernel``: it raised in the golden call,
+    where a missing float64 kernel is named as such)."""
+    text = str(exc)
+    lines = text.strip().splitlines()
+    summary = f"{type(exc).__name__}: {lines[0] if lines else ''}"[:200]
+    if kernel and "not implemented for" in text and ("'Double'" in text or "'ComplexDouble'" in text):
+        return "no float64 CPU kernel: " + summary
+    return "the CPU replay failed: " + summary
 
 
 _STANDARD_NAMES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.complex32: "float16",

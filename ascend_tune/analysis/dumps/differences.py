@@ -1,6 +1,5 @@
 """How two tensors of a dump comparison differ: msprobe's compare metrics (statistics and tensor mode), the agreement
-error the first divergence reads, and the record of the replay's error against a float64 golden result
-(:class:`ReplayError`; :mod:`.replay` defines it, the replay measures it on the tensors).
+error the first divergence reads, and the replay's error against a float64 golden result.
 
 Statistics mode (:class:`StatsDiff`, vectorised over all compared rows at once), with T the target's and B the
 base's statistic: ``diff = T - B`` and ``relative error = |T - B| / |B|`` for Max, Min, Mean and Norm (msprobe's
@@ -20,6 +19,9 @@ against the tensor's magnitude, ``|T_s - B_s| / max(|max|, |min|)`` for max/min/
 |B_n|)`` for the norm (with saved tensors: ``max|T - B| / max(|T|, |B|)``). A relative error per statistic would
 call a mean of 1e-9 against 2e-9 a 100% error; measured against the magnitude it is noise. How large an error two
 correct runs may show (per dtype, op family and size): :mod:`.tolerance`.
+
+The replay's error (:class:`ReplayError`) is defined in :mod:`.replay` and measured on the tensors themselves, in
+torch, by :func:`ascend_tune.precision.golden.measure`.
 """
 
 from __future__ import annotations
