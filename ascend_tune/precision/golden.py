@@ -253,10 +253,12 @@ def measure(device: torch.Tensor, golden: torch.Tensor, rtol: float, scratch: Op
     :mod:`ascend_tune.analysis.dumps.replay`. Raises Unreplayable when the shapes differ.
 
     Memory traffic is what measuring a large tensor costs, so it is measured in the fewest passes torch has kernels
-    for, in ``scratch``'s buffers: the device's values converted into one and the golden ones subtracted there,
-    then one read each for the difference's extremes and the two sums of squares (``dot``, no square written), read
-    back together; the relative error is written into the other buffer and read once more. Neither input is
-    written (a view of the device's result may be the user's tensor). Integer and bool values are exact in float64.
+    for, in ``scratch``'s buffers (each viewed in the tensors' shape, so neither input is copied to be flattened):
+    the device's values converted into one and the golden ones subtracted there, the golden magnitudes written
+    into the other, then one read each for the difference's extremes and the two sums of squares (``dot``, no
+    square written), read back together; the relative error is written over the magnitudes and read once more.
+    Neither input is written (a view of the device's result may be the user's tensor). Integer and bool values
+    are exact in float64.
     """
     if device.shape != golden.shape:
         raise Unreplayable(f"the CPU replay's shape {list(golden.shape)} differs from the device's "
@@ -269,30 +271,30 @@ def measure(device: torch.Tensor, golden: torch.Tensor, rtol: float, scratch: Op
         return ReplayError(0.0, 0.0, 0.0, 0.0, 0)
     if golden.dtype is not torch.float64:
         golden = golden.to(torch.float64)
-    gold = golden.reshape(-1)
     diff, work = (scratch or Scratch()).buffers(n)
-    diff.view(device.shape).copy_(device)  # to the CPU and to float64 in one copy
-    diff.sub_(gold)
+    shape = device.shape
+    diff.view(shape).copy_(device).sub_(golden)  # to the CPU and to float64 in the one copy
+    torch.abs(golden, out=work.view(shape))
     low, high, diff_sq, gold_sq = torch.stack((*torch.aminmax(diff), torch.dot(diff, diff),
-                                               torch.dot(gold, gold))).tolist()
+                                               torch.dot(work, work))).tolist()
     nonfinite = 0
     if not (math.isfinite(low) and math.isfinite(high)):  # inf/nan on either side: equal ones agree, others count
-        values = work.view(device.shape).copy_(device).view(-1)
+        values, gold = device.to(CPU, torch.float64).reshape(-1), golden.reshape(-1)
         both = torch.isfinite(values) & torch.isfinite(gold)
         same = (values == gold) | (torch.isnan(values) & torch.isnan(gold))
         nonfinite = int(torch.count_nonzero(~both & ~same))
         gold = torch.where(both, gold, 0.0)
         diff = torch.where(both, values, 0.0).sub_(gold)
+        torch.abs(gold, out=work)
         low, high, diff_sq, gold_sq = torch.stack((*torch.aminmax(diff), torch.dot(diff, diff),
-                                                   torch.dot(gold, gold))).tolist()
+                                                   torch.dot(work, work))).tolist()
     max_abs = max(-low, high)
     if max_abs == 0.0 and not nonfinite:
         return ReplayError(0.0, 0.0, 0.0, 0.0, 0)
     total = math.sqrt(gold_sq)
     rms = total / math.sqrt(n)
     if rms > 0:
-        torch.abs(gold, out=work).clamp_min_(rms)
-        rel = torch.div(diff, work, out=work)  # signed: its extremes give the largest magnitude
+        rel = torch.div(diff, work.clamp_min_(rms), out=work)  # signed: its extremes give the largest magnitude
         low, high = torch.aminmax(rel)
         max_rel = max(-float(low), float(high))
         over = int(torch.count_nonzero(rel.abs_() > rtol)) if max_rel > rtol else 0
