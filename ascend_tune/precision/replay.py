@@ -15,10 +15,10 @@ from the forward call until then; a call whose arguments changed in place in bet
 with several outputs, or one whose graph reaches tensors that are not its arguments is listed as skipped with
 that reason.
 
-**Both from one recompute**: a call whose backward is awaited and whose every argument requires grad (nothing
-the call could write into: autograd refuses in-place writes to such a call's inputs) is not copied at its forward;
-its row keeps its place in replay.csv and is filled when the backward's golden forward gives the forward's golden
-output too, so the call runs once in float64, not twice. The device's results are held (not copied) until then,
+**Both from one recompute**: a call whose backward is awaited, not in place, each argument requiring grad or
+holding integers or bools (indices, masks; a running statistic it updates would not qualify), is not copied at its
+forward (versions checked across it); its row keeps its place in replay.csv and is filled when the backward's
+golden forward gives the forward's golden output too, so the call runs once in float64, not twice. The device's results are held (not copied) until then,
 like its arguments. A call seen to write into a held tensor first has the waiting forward checks run (the optimizer
 updating a weight whose call's backward never came); a change seen only by a version counter at that time lists
 the forward as skipped; the step's end runs the forward checks still waiting.
@@ -74,14 +74,14 @@ class StepReplay:
         against the CPU."""
         reason: Optional[str] = None
         copies: Optional[tuple] = None
-        deferrable = False
+        deferrable: Optional[list] = None  # the arguments' versions, when the forward check may wait
         self.before_write(name, args, kwargs)
         try:
             with internal(), torch._C.DisableTorchFunction():
                 reason = golden.skip_reason(_base(name), args, kwargs)
                 if reason is None and self._forward:
                     deferrable = self._deferrable(name, args, kwargs)
-                    if not deferrable:
+                    if deferrable is None:
                         copies = GoldenCopy().call_args(func, args, kwargs)
         except Unreplayable as exc:
             reason = str(exc)
@@ -93,11 +93,14 @@ class StepReplay:
                 watch = None
                 if self._backward and reason is None and torch.is_grad_enabled() and self._engine.recording:
                     watch = self._watch(name, func, args, kwargs, out, caller)
-                if deferrable and watch is not None:
+                if deferrable is not None and deferrable != [t._version for t in tensors_in((args, kwargs))]:
+                    reason = "it changed an argument in place: its inputs were not copied before it ran"
+                elif deferrable is not None and watch is not None:
                     self._defer(watch, name, _results(name, kwargs, out, args))
-                elif self._forward:
-                    if deferrable:  # not awaited after all: its arguments are as they were, copied now
-                        copies = self._copies_after(func, args, kwargs)
+                    return out
+                elif deferrable is not None:  # not awaited after all: its arguments are as they were, copied now
+                    copies = self._copies_after(func, args, kwargs)
+                if self._forward:
                     self._forward_row(name, func, kwargs, out, args, copies, reason, caller)
                 copies = None
         except Exception as exc:
@@ -117,14 +120,20 @@ class StepReplay:
         except Exception as exc:
             self._engine.fail(exc)
 
-    def _deferrable(self, name: str, args: tuple, kwargs: dict) -> bool:
-        """Whether the call's forward check may wait for its backward's recompute (see the module docstring)."""
+    def _deferrable(self, name: str, args: tuple, kwargs: dict) -> Optional[list]:
+        """The arguments' versions when the call's forward check may wait for its backward's recompute (see the
+        module docstring: each argument requires grad, or holds integers or bools, an embedding's indices, a mask),
+        else None."""
         if not (self._backward and torch.is_grad_enabled() and self._engine.recording):
-            return False
+            return None
         if golden.is_inplace(_base(name), kwargs) or kwargs.get("out") is not None:
-            return False
+            return None
         tensors = tensors_in((args, kwargs))
-        return bool(tensors) and all(t.requires_grad and GoldenCopy.refusal(t) is None for t in tensors)
+        if not any(t.requires_grad for t in tensors) or not all(
+                (t.requires_grad or not (t.is_floating_point() or t.is_complex())) and GoldenCopy.refusal(t) is None
+                for t in tensors):
+            return None
+        return [t._version for t in tensors]
 
     def _copies_after(self, func: Any, args: tuple, kwargs: dict) -> Optional[tuple]:
         try:
