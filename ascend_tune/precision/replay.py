@@ -15,13 +15,13 @@ from the forward call until then; a call whose arguments changed in place in bet
 with several outputs, or one whose graph reaches tensors that are not its arguments is listed as skipped with
 that reason.
 
-**Both from one recompute**: a call whose backward is awaited, not in place, each argument requiring grad or
-holding integers or bools (indices, masks; a running statistic it updates would not qualify), is not copied at its
-forward (versions checked across it); its row keeps its place in replay.csv and is filled when the backward's
-golden forward gives the forward's golden output too, so the call runs once in float64, not twice. The device's results are held (not copied) until then,
-like its arguments. A call seen to write into a held tensor first has the waiting forward checks run (the optimizer
-updating a weight whose call's backward never came); a change seen only by a version counter at that time lists
-the forward as skipped; the step's end runs the forward checks still waiting.
+**Both from one recompute**: a call whose backward is awaited, not in place, each argument requiring grad or holding
+integers or bools (indices, masks; a running statistic it updates would not qualify), is not copied at its forward
+(versions checked across it); its row keeps its place in replay.csv and is filled when the backward's golden forward
+gives the forward's golden output too, so the call runs once in float64, not twice. The device's results are held
+(not copied) until then, like its arguments. A call seen to write into a held tensor first has the waiting forward
+checks run (the optimizer updating a weight whose call's backward never came); a change seen only by a version
+counter at that time lists the forward as skipped; the step's end runs the forward checks still waiting.
 
 The replay's own tensor work (the copies, the CPU recompute, the measures) runs under ``frames.internal()`` with
 torch function handling off (``torch._C.DisableTorchFunction``): the copies are plain CPU tensors, and a dump's mode
@@ -39,9 +39,8 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from ..analysis.dumps.differences import ReplayError
 from ..analysis.dumps.model import parse_frame
-from ..analysis.dumps.replay import PASS, SKIPPED, SUSPECT, ReplayReport, ReplayRow, breach, replay_csv, replay_summary
+from ..analysis.dumps.replay import PASS, SUSPECT, ReplayReport, breach, replay_csv, replay_summary
 from ..analysis.dumps.tolerance import STANDARDS, Standard
 from ..formats.dump_layout import REPLAY_CSV, REPLAY_JSON
 from ..formats.writing import make_folder, write_atomic, write_json_atomic
@@ -50,6 +49,7 @@ from ..recording.tensors import tensors_in
 from . import golden
 from .backward_watch import BackwardWatch, DeferredForward, WaitingForwards, graph_of_call
 from .golden import GoldenCopy, Unreplayable
+from .replay_rows import ReplayRows
 
 
 class StepReplay:
@@ -58,7 +58,7 @@ class StepReplay:
 
     def __init__(self, engine: Any):
         self._engine = engine
-        self.rows: list = []  # a None holds a deferred forward check's place
+        self.rows = ReplayRows(engine.lock)
         self._pending: dict = {}  # id -> BackwardWatch awaiting its hooks
         self._waiting = WaitingForwards()
         self._backward = engine.want("backward", "output")
@@ -156,12 +156,11 @@ class StepReplay:
                 reason = str(exc)
             except Exception as exc:
                 reason = golden.failure(exc)
-        self._skipped(name, device_out[0] if device_out else None, reason or "")
+        self.rows.skipped(name, device_out[0] if device_out else None, reason or "")
 
     def _defer(self, watch: BackwardWatch, name: str, results: list) -> None:
         with self._engine.lock:
-            self.rows.append(None)
-            watch.forward = DeferredForward(name, len(self.rows) - 1, results)
+            watch.forward = DeferredForward(name, self.rows.reserve(), results)
             self._waiting.add(watch)
 
     def _forward_now(self, watch: BackwardWatch, gold: Any = None, gargs: tuple = (), gkwargs: Optional[dict] = None,
@@ -187,9 +186,9 @@ class StepReplay:
             self._compare(forward.name, device_out, gold_out, golden.standard_of(device_out),
                           stack_id=watch.stack_id, at=at)
         except Unreplayable as exc:
-            self._skipped(forward.name, device_out[0] if device_out else None, str(exc), at=at)
+            self.rows.skipped(forward.name, device_out[0] if device_out else None, str(exc), at=at)
         except Exception as exc:
-            self._skipped(forward.name, device_out[0] if device_out else None, golden.failure(exc), at=at)
+            self.rows.skipped(forward.name, device_out[0] if device_out else None, golden.failure(exc), at=at)
 
     def _compare(self, name: str, device: list, gold: list, standard: Standard, caller: Optional[FrameType] = None,
                  stack_id: Optional[int] = None, at: Optional[int] = None) -> None:
@@ -217,22 +216,7 @@ class StepReplay:
                 stack_id = self._engine.stacks.capture(caller)[0]
             if stack_id is not None:
                 frames = tuple(parse_frame(f) for f in self._engine.stacks.frames[stack_id])
-        self._add(name, device[0], SUSPECT if whys else PASS, metrics, standard, "; ".join(whys), frames, at)
-
-    def _skipped(self, name: str, like: Optional[torch.Tensor], reason: str, at: Optional[int] = None) -> None:
-        self._add(name, like, SKIPPED, reason=reason, at=at)
-
-    def _add(self, name: str, like: Optional[torch.Tensor], verdict: str, metrics: Optional[ReplayError] = None,
-             standard: Optional[Standard] = None, reason: str = "", frames: tuple = (),
-             at: Optional[int] = None) -> None:
-        dtype, shape = _dtype(like), _shape(like)
-        with self._engine.lock:
-            index = len(self.rows) if at is None else at
-            row = ReplayRow(index, name, dtype, shape, verdict, metrics, standard, reason, frames)
-            if at is None:
-                self.rows.append(row)
-            else:
-                self.rows[at] = row
+        self.rows.add(name, device[0], SUSPECT if whys else PASS, metrics, standard, "; ".join(whys), frames, at)
 
     # --- backward ---------------------------------------------------------------------------------------------
 
@@ -274,7 +258,7 @@ class StepReplay:
 
         def on_backward(grad_inputs: tuple, grad_outputs: tuple) -> None:
             if self._engine.recording:
-                self._skipped(name, meta, why)
+                self.rows.skipped(name, meta, why)
 
         self._engine.handles.append(root.register_hook(on_backward))
 
@@ -331,9 +315,9 @@ class StepReplay:
             standard = golden.standard_of(device + [watch.incoming], (watch.out_dtype,))
             self._compare(watch.name, device, gold, standard, stack_id=watch.stack_id)
         except Unreplayable as exc:
-            self._skipped(watch.name, first, str(exc))
+            self.rows.skipped(watch.name, first, str(exc))
         except Exception as exc:
-            self._skipped(watch.name, first, golden.failure(exc))
+            self.rows.skipped(watch.name, first, golden.failure(exc))
         finally:
             watch.release()
 
@@ -346,15 +330,15 @@ class StepReplay:
                 self._forward_now(watch)  # its backward never came, or its replay failed before the forward's
             for watch in list(self._pending.values()):
                 if watch.started:
-                    self._skipped(watch.name, tensors_in((watch.args, watch.kwargs))[0],
+                    self.rows.skipped(watch.name, tensors_in((watch.args, watch.kwargs))[0],
                                   "its backward did not finish within the step")
                 watch.release()
         self._pending, self._waiting = {}, WaitingForwards()
         self._scratch = golden.Scratch()
         engine = self._engine
         make_folder(engine.rank_dir)
-        write_atomic(os.path.join(engine.rank_dir, REPLAY_CSV), replay_csv(self.rows))
-        summary = replay_summary(engine.step, engine.rank, self.rows)
+        write_atomic(os.path.join(engine.rank_dir, REPLAY_CSV), replay_csv(self.rows.rows))
+        summary = replay_summary(engine.step, engine.rank, self.rows.rows)
         path = os.path.join(engine.rank_dir, REPLAY_JSON)
         write_json_atomic(path, summary)
         return ReplayReport.from_summary(summary, path)
@@ -377,23 +361,3 @@ def _base(name: str) -> str:
 
 def _is_float(t: torch.Tensor) -> bool:
     return t.is_floating_point() or t.is_complex()
-
-
-
-
-
-
-_DTYPE_NAMES: dict = {}
-
-
-def _dtype(t: Optional[torch.Tensor]) -> str:
-    if not isinstance(t, torch.Tensor):
-        return ""
-    name = _DTYPE_NAMES.get(t.dtype)
-    if name is None:
-        name = _DTYPE_NAMES[t.dtype] = str(t.dtype).replace("torch.", "")
-    return name
-
-
-def _shape(t: Optional[torch.Tensor]) -> tuple:
-    return tuple(int(s) for s in t.shape) if isinstance(t, torch.Tensor) else ()
