@@ -269,6 +269,32 @@ def test_a_forward_checked_with_its_backward_is_checked_before_an_overwrite_or_w
     assert unused.shape == y.shape
 
 
+def test_a_view_and_a_gradient_passed_on_are_judged_without_a_float64_recompute(tmp_path, monkeypatch):
+    from ascend_tune.precision import golden
+
+    recomputed = []
+    run_on_cpu = golden.run_on_cpu
+    monkeypatch.setattr(golden, "run_on_cpu", lambda f, *a: recomputed.append(f.__name__) or run_on_cpu(f, *a))
+    torch.manual_seed(0)
+    w = torch.randn(6, 8, requires_grad=True)
+    optimizer = torch.optim.SGD([w], lr=0.1)
+    with TrainingMonitor(optimizer=optimizer, log_dir=tmp_path, quiet=True,
+                         precision=dict(task="replay", steps=[0])) as mon:
+        h = w * 2
+        loss = h.t().square().sum() + (h + 1).sum()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        mon.step(loss)
+    summary, rows = replayed(tmp_path)
+    by_name = {r["name"]: r for r in rows}
+    for name in ("Tensor.t.0.forward", "Tensor.t.0.backward", "Tensor.__add__.0.backward"):
+        assert by_name[name]["verdict"] == "pass" and float(by_name[name]["max_abs_err"]) == 0.0, by_name[name]
+    assert "t" not in recomputed  # its values are w * 2's own; its backward hands the gradient back transposed
+    assert recomputed.count("add") == 2  # each addition once, for its forward: its backward passes the gradient on
+    assert "square" in recomputed and summary["first_suspect"] is None
+
+
 @pytest.mark.parametrize(("data_mode", "directions"), [
     (["forward"], {"forward"}), (["backward"], {"backward"}), (["all"], {"forward", "backward"}),
 ])

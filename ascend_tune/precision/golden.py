@@ -20,6 +20,7 @@ import torch
 
 from ..analysis.dumps.differences import ReplayError
 from ..analysis.dumps.tolerance import Standard, standard_for
+from ..recording.tensors import tensors_in
 
 MAX_DEPTH = 16
 CPU = torch.device("cpu")
@@ -215,6 +216,34 @@ def failure(exc: BaseException, kernel: bool = True) -> str:
     return "the CPU replay failed: " + summary
 
 
+EXACT = ReplayError(0.0, 0.0, 0.0, 0.0, 0)  # a result equal to its golden twin
+
+
+def implied(name: str, kwargs: dict, args: tuple, results: list) -> bool:
+    """Whether the call ``name`` (its base name) returned its arguments' own values, rearranged: each result is
+    an argument of its dtype or a view of one, from a call that writes nothing (its caller checks that no
+    argument's version moved). A view moves no data on the device, and its float64 replay gives those values
+    upcast, exactly: an error of 0 without a recompute."""
+    if not results or is_inplace(name, kwargs) or kwargs.get("out") is not None or \
+            name.rpartition(".")[2] in TIE_BREAKING:
+        return False
+    sources = {(_storage(t), t.dtype) for t in tensors_in((args, kwargs))}
+    return all(t.numel() and (_storage(t), t.dtype) in sources for t in results)
+
+
+def passes_through(grads: list, incoming: Optional[torch.Tensor]) -> bool:
+    """Whether each gradient a call's backward sent is the gradient it received, or a view of it, of its dtype
+    (a view's backward, an addition's): its float64 replay gives the same values upcast, exactly."""
+    if incoming is None:
+        return False
+    key = (_storage(incoming), incoming.dtype)
+    return all(g.numel() and (_storage(g), g.dtype) == key for g in grads)
+
+
+def _storage(t: torch.Tensor) -> int:
+    return t.untyped_storage().data_ptr()
+
+
 _STANDARD_NAMES = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.complex32: "float16",
                    torch.float32: "float32", torch.complex64: "float32", torch.float64: "float64",
                    torch.complex128: "float64"}
@@ -268,7 +297,7 @@ def measure(device: torch.Tensor, golden: torch.Tensor, rtol: float, scratch: Op
         device, golden = torch.view_as_real(device), torch.view_as_real(golden)
     n = device.numel()
     if n == 0:
-        return ReplayError(0.0, 0.0, 0.0, 0.0, 0)
+        return EXACT
     if golden.dtype is not torch.float64:
         golden = golden.to(torch.float64)
     if n <= _SMALL:
@@ -294,7 +323,7 @@ def measure(device: torch.Tensor, golden: torch.Tensor, rtol: float, scratch: Op
                                                    torch.dot(work, work))).tolist()
     max_abs = max(-low, high)
     if max_abs == 0.0 and not nonfinite:
-        return ReplayError(0.0, 0.0, 0.0, 0.0, 0)
+        return EXACT
     total = math.sqrt(gold_sq)
     rms = total / math.sqrt(n)
     if rms > 0:
@@ -324,7 +353,7 @@ def _measure_small(device: torch.Tensor, golden: torch.Tensor, rtol: float, n: i
     diff = np.abs(d - g)
     max_abs = float(diff.max())
     if max_abs == 0.0:
-        return ReplayError(0.0, 0.0, 0.0, 0.0, 0)
+        return EXACT
     magnitude = np.abs(g)
     total = math.sqrt(float(np.dot(magnitude, magnitude)))
     rms = total / math.sqrt(n)
