@@ -227,6 +227,74 @@ def test_calls_that_cannot_be_replayed_are_listed_with_their_reason(tmp_path):
     assert sum(summary["skip_reasons"].values()) == summary["skipped"]
 
 
+def test_a_tensor_passed_twice_has_its_backward_replayed(tmp_path):
+    torch.manual_seed(0)
+    a, c = torch.randn(4, 6, requires_grad=True), torch.randn(4, 6, requires_grad=True)
+    optimizer = torch.optim.SGD([a, c], lr=0.1)
+    with TrainingMonitor(optimizer=optimizer, log_dir=tmp_path, quiet=True,
+                         precision=dict(task="replay", steps=[0])) as mon:
+        loss = torch.addcmul(a, a, c).square().mean()  # a's copy is made once; c's gradient is its third slot
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        mon.step(loss)
+    _, rows = replayed(tmp_path)
+    row = next(r for r in rows if r["name"] == "Torch.addcmul.0.backward")
+    assert row["verdict"] == "pass", row["reason"]
+
+
+def test_a_forward_checked_with_its_backward_is_checked_before_an_overwrite_or_without_a_backward(tmp_path):
+    torch.manual_seed(0)
+    a = torch.randn(4, 6, requires_grad=True)
+    optimizer = torch.optim.SGD([a], lr=0.1)
+    with TrainingMonitor(optimizer=optimizer, log_dir=tmp_path, quiet=True,
+                         precision=dict(task="replay", steps=[0])) as mon:
+        b = a * 2
+        y = torch.tanh(b)  # its check waits for its backward...
+        b.add_(1.0)  # ...until b is overwritten (tanh's backward needs its result, not b)
+        unused = torch.sigmoid(y)  # never reaches the loss: checked at the step's end
+        loss = y.square().mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        mon.step(loss)
+    _, rows = replayed(tmp_path)
+    by_name = {r["name"]: r for r in rows}
+    names = [r["name"] for r in rows]
+    assert names.index("Torch.tanh.0.forward") < names.index("Tensor.add_.0.forward") < \
+        names.index("Torch.sigmoid.0.forward")  # in execution order, wherever the check ran
+    assert by_name["Torch.tanh.0.forward"]["verdict"] == "pass"
+    assert by_name["Torch.tanh.0.backward"]["reason"] == "an argument changed in place before its backward ran"
+    assert by_name["Torch.sigmoid.0.forward"]["verdict"] == "pass"
+    assert unused.shape == y.shape
+
+
+def test_a_view_and_a_gradient_passed_on_are_judged_without_a_float64_recompute(tmp_path, monkeypatch):
+    from ascend_tune.precision import golden
+
+    recomputed = []
+    run_on_cpu = golden.run_on_cpu
+    monkeypatch.setattr(golden, "run_on_cpu", lambda f, *a: recomputed.append(f.__name__) or run_on_cpu(f, *a))
+    torch.manual_seed(0)
+    w = torch.randn(6, 8, requires_grad=True)
+    optimizer = torch.optim.SGD([w], lr=0.1)
+    with TrainingMonitor(optimizer=optimizer, log_dir=tmp_path, quiet=True,
+                         precision=dict(task="replay", steps=[0])) as mon:
+        h = w * 2
+        loss = h.t().square().sum() + (h + 1).sum()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        mon.step(loss)
+    summary, rows = replayed(tmp_path)
+    by_name = {r["name"]: r for r in rows}
+    for name in ("Tensor.t.0.forward", "Tensor.t.0.backward", "Tensor.__add__.0.backward"):
+        assert by_name[name]["verdict"] == "pass" and float(by_name[name]["max_abs_err"]) == 0.0, by_name[name]
+    assert "t" not in recomputed  # its values are w * 2's own; its backward hands the gradient back transposed
+    assert recomputed.count("add") == 2  # each addition once, for its forward: its backward passes the gradient on
+    assert "square" in recomputed and summary["first_suspect"] is None
+
+
 @pytest.mark.parametrize(("data_mode", "directions"), [
     (["forward"], {"forward"}), (["backward"], {"backward"}), (["all"], {"forward", "backward"}),
 ])

@@ -220,6 +220,8 @@ class DumpEngine:
         self.counts[base] = count + 1
         name = f"{base}.{count}.forward"
         if not self.begin(name):
+            if self.replay is not None:  # not replayed, but it may overwrite what a waiting check holds
+                self.replay.before_write(name, args, kwargs)
             try:
                 return run(*args, **kwargs)
             finally:

@@ -7,14 +7,21 @@ runs as it would have, its result goes back to the caller untouched, then the ca
 (no graph, CPU autocast off), the outputs are compared (:func:`.golden.measure`) and the copies are dropped.
 
 **Backward**, where it is sound: for a call whose single output has an autograd graph that leads back to the
-call's own tensor arguments only (a bounded walk from the output's ``grad_fn``, stopping at each argument's
-gradient edge: one node like ``GeluBackward0``, or a few like ``F.linear``'s view + addmm + transpose, autocast's
-casts included), hooks on that graph collect the gradient the device sends to each argument through this call.
-When the last of them has run, the call is recomputed on the CPU in float64 with those arguments requiring grad,
-``torch.autograd.grad`` gives the golden gradients for the device's incoming gradient, and the two are compared as
-``<name>.backward``. The device arguments are held (not copied) from the forward call until then; a call whose
-arguments changed in place in between, an in-place call, a call with several outputs, or one whose graph reaches
-tensors that are not its arguments is listed as skipped with that reason.
+call's own tensor arguments only (:mod:`.backward_watch`), hooks on that graph collect the gradient the device
+sends to each argument through this call. When the last of them has run, the call is recomputed on the CPU in
+float64 with those arguments requiring grad, ``torch.autograd.grad`` gives the golden gradients for the device's
+incoming gradient, and the two are compared as ``<name>.backward``. The device arguments are held (not copied)
+from the forward call until then; a call whose arguments changed in place in between, an in-place call, a call
+with several outputs, or one whose graph reaches tensors that are not its arguments is listed as skipped with
+that reason.
+
+**Both from one recompute**: a call whose backward is awaited, not in place, each argument requiring grad or holding
+integers or bools (indices, masks; a running statistic it updates would not qualify), is not copied at its forward
+(versions checked across it); its row keeps its place in replay.csv and is filled when the backward's golden forward
+gives the forward's golden output too, so the call runs once in float64, not twice. The device's results are held
+(not copied) until then, like its arguments. A call seen to write into a held tensor first has the waiting forward
+checks run (the optimizer updating a weight whose call's backward never came); a change seen only by a version
+counter at that time lists the forward as skipped; the step's end runs the forward checks still waiting.
 
 The replay's own tensor work (the copies, the CPU recompute, the measures) runs under ``frames.internal()`` with
 torch function handling off (``torch._C.DisableTorchFunction``): the copies are plain CPU tensors, and a dump's mode
@@ -32,18 +39,17 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from ..analysis.dumps.differences import ReplayError
 from ..analysis.dumps.model import parse_frame
-from ..analysis.dumps.replay import PASS, SKIPPED, SUSPECT, ReplayReport, ReplayRow, breach, replay_csv, replay_summary
+from ..analysis.dumps.replay import PASS, SUSPECT, ReplayReport, breach, replay_csv, replay_summary
 from ..analysis.dumps.tolerance import STANDARDS, Standard
 from ..formats.dump_layout import REPLAY_CSV, REPLAY_JSON
 from ..formats.writing import make_folder, write_atomic, write_json_atomic
 from ..recording.frames import internal, on_behalf
 from ..recording.tensors import tensors_in
 from . import golden
+from .backward_watch import BackwardWatch, DeferredForward, WaitingForwards, graph_of_call
 from .golden import GoldenCopy, Unreplayable
-
-GRAPH_LIMIT = 64  # autograd nodes one call's backward may span before it counts as not this call's alone
+from .replay_rows import ReplayRows
 
 
 class StepReplay:
@@ -52,8 +58,9 @@ class StepReplay:
 
     def __init__(self, engine: Any):
         self._engine = engine
-        self.rows: list = []
-        self._pending: dict = {}  # id -> _Backward awaiting its hooks
+        self.rows = ReplayRows(engine.lock)
+        self._pending: dict = {}  # id -> BackwardWatch awaiting its hooks
+        self._waiting = WaitingForwards()
         self._backward = engine.want("backward", "output")
         self._forward = engine.want("forward", "output")
         self._scratch = golden.Scratch()
@@ -67,26 +74,75 @@ class StepReplay:
         against the CPU."""
         reason: Optional[str] = None
         copies: Optional[tuple] = None
+        deferrable, versions = False, None  # versions: the arguments' before the call
+        self.before_write(name, args, kwargs)
         try:
             with internal(), torch._C.DisableTorchFunction():
                 reason = golden.skip_reason(_base(name), args, kwargs)
                 if reason is None and self._forward:
-                    copies = GoldenCopy().call_args(func, args, kwargs)
+                    versions = [t._version for t in tensors_in((args, kwargs))]
+                    deferrable = self._deferrable(name, args, kwargs)
+                    if not deferrable:
+                        copies = GoldenCopy().call_args(func, args, kwargs)
         except Unreplayable as exc:
             reason = str(exc)
         except Exception as exc:
-            reason = f"the CPU replay failed: {_error_text(exc)}"
+            reason = golden.failure(exc, kernel=False)
         out = run(*args, **kwargs)
         try:
             with internal(), torch._C.DisableTorchFunction():
+                watch = None
+                if self._backward and reason is None and torch.is_grad_enabled() and self._engine.recording:
+                    watch = self._watch(name, func, args, kwargs, out, caller)
+                results = _results(name, kwargs, out, args)
+                unchanged = versions == [t._version for t in tensors_in((args, kwargs))]
+                if deferrable and not unchanged:
+                    reason = "it changed an argument in place: its inputs were not copied before it ran"
+                elif reason is None and unchanged and golden.implied(_base(name), kwargs, args, results):
+                    self.rows.add(name, results[0], PASS, golden.EXACT, golden.standard_of(results))
+                    return out
+                elif deferrable and watch is not None:
+                    self._defer(watch, name, results)
+                    return out
+                elif deferrable:  # not awaited after all: its arguments are as they were, copied now
+                    copies = self._copies_after(func, args, kwargs)
                 if self._forward:
                     self._forward_row(name, func, kwargs, out, args, copies, reason, caller)
                 copies = None
-                if self._backward and reason is None and torch.is_grad_enabled() and self._engine.recording:
-                    self._watch(name, func, args, kwargs, out, caller)
         except Exception as exc:
             self._engine.fail(exc)
         return out
+
+    def before_write(self, name: str, args: tuple, kwargs: dict) -> None:
+        """A call (replayed or not) is about to write into a tensor: the forward checks waiting on what it
+        overwrites run first."""
+        if not self._waiting:
+            return
+        try:
+            with internal(), torch._C.DisableTorchFunction():
+                for tensor in golden.written_by(_base(name), args, kwargs):
+                    for watch in self._waiting.on(tensor):
+                        self._forward_now(watch)
+        except Exception as exc:
+            self._engine.fail(exc)
+
+    def _deferrable(self, name: str, args: tuple, kwargs: dict) -> bool:
+        """Whether the call's forward check may wait for its backward's recompute (see the module docstring: each
+        argument requires grad, or holds integers or bools, an embedding's indices, a mask)."""
+        if not (self._backward and torch.is_grad_enabled() and self._engine.recording):
+            return False
+        if golden.is_inplace(_base(name), kwargs) or kwargs.get("out") is not None:
+            return False
+        tensors = tensors_in((args, kwargs))
+        return any(t.requires_grad for t in tensors) and all(
+            (t.requires_grad or not (t.is_floating_point() or t.is_complex())) and GoldenCopy.refusal(t) is None
+            for t in tensors)
+
+    def _copies_after(self, func: Any, args: tuple, kwargs: dict) -> Optional[tuple]:
+        try:
+            return GoldenCopy().call_args(func, args, kwargs)
+        except Unreplayable:
+            return None  # refusals were ruled out before the call
 
     def _forward_row(self, name: str, func: Any, kwargs: dict, out: Any, args: tuple, copies: Optional[tuple],
                      reason: Optional[str], caller: Optional[FrameType]) -> None:
@@ -94,7 +150,7 @@ class StepReplay:
         if reason is None and copies is not None:
             try:
                 gargs, gkwargs = copies  # detached copies: no graph is recorded for them
-                gold = _on_cpu(func, gargs, gkwargs)
+                gold = golden.run_on_cpu(func, gargs, gkwargs)
                 gold_out = _results(name, gkwargs, gold, gargs)
                 del copies, gargs, gkwargs, gold
                 self._compare(name, device_out, gold_out, golden.standard_of(device_out), caller=caller)
@@ -102,13 +158,45 @@ class StepReplay:
             except Unreplayable as exc:
                 reason = str(exc)
             except Exception as exc:
-                reason = _replay_error(exc)
-        self._skipped(name, device_out[0] if device_out else None, reason or "")
+                reason = golden.failure(exc)
+        self.rows.skipped(name, device_out[0] if device_out else None, reason or "")
+
+    def _defer(self, watch: BackwardWatch, name: str, results: list) -> None:
+        with self._engine.lock:
+            watch.forward = DeferredForward(name, self.rows.reserve(), results)
+            self._waiting.add(watch)
+
+    def _forward_now(self, watch: BackwardWatch, gold: Any = None, gargs: tuple = (), gkwargs: Optional[dict] = None,
+                     failure: Optional[str] = None) -> None:
+        """Fill ``watch``'s deferred forward row: from ``gold``, the golden forward the backward ran on ``gargs`` /
+        ``gkwargs`` (``failure``: why it could not run), or from a golden forward run here."""
+        forward = watch.forward
+        if forward is None:
+            return
+        with self._engine.lock:
+            self._waiting.remove(watch)
+        watch.forward = None
+        device_out, at = forward.results, forward.slot
+        try:
+            if failure is not None:
+                raise Unreplayable(failure)
+            if not (watch.unchanged() and forward.unchanged()):
+                raise Unreplayable("an argument or its result changed in place before its forward was replayed")
+            if gold is None:
+                gargs, gkwargs = GoldenCopy().call_args(watch.func, watch.args, watch.kwargs)
+                gold = golden.run_on_cpu(watch.func, gargs, gkwargs)
+            gold_out = [t.detach() for t in _results(forward.name, gkwargs or {}, gold, gargs)]
+            self._compare(forward.name, device_out, gold_out, golden.standard_of(device_out),
+                          stack_id=watch.stack_id, at=at)
+        except Unreplayable as exc:
+            self.rows.skipped(forward.name, device_out[0] if device_out else None, str(exc), at=at)
+        except Exception as exc:
+            self.rows.skipped(forward.name, device_out[0] if device_out else None, golden.failure(exc), at=at)
 
     def _compare(self, name: str, device: list, gold: list, standard: Standard, caller: Optional[FrameType] = None,
-                 stack_id: Optional[int] = None) -> None:
+                 stack_id: Optional[int] = None, at: Optional[int] = None) -> None:
         """Measure each output against its golden twin and add the call's row (``caller`` / ``stack_id``: where
-        the call was made, for a suspect's frames)."""
+        the call was made, for a suspect's frames; ``at``: the row's place, when it was kept)."""
         if not device:
             raise Unreplayable("no tensor result to compare")
         if len(device) != len(gold):
@@ -131,30 +219,22 @@ class StepReplay:
                 stack_id = self._engine.stacks.capture(caller)[0]
             if stack_id is not None:
                 frames = tuple(parse_frame(f) for f in self._engine.stacks.frames[stack_id])
-        self._add(name, device[0], SUSPECT if whys else PASS, metrics, standard, "; ".join(whys), frames)
-
-    def _skipped(self, name: str, like: Optional[torch.Tensor], reason: str) -> None:
-        self._add(name, like, SKIPPED, reason=reason)
-
-    def _add(self, name: str, like: Optional[torch.Tensor], verdict: str, metrics: Optional[ReplayError] = None,
-             standard: Optional[Standard] = None, reason: str = "", frames: tuple = ()) -> None:
-        dtype, shape = _dtype(like), _shape(like)
-        with self._engine.lock:
-            self.rows.append(ReplayRow(len(self.rows), name, dtype, shape, verdict, metrics, standard, reason,
-                                       frames))
+        self.rows.add(name, device[0], SUSPECT if whys else PASS, metrics, standard, "; ".join(whys), frames, at)
 
     # --- backward ---------------------------------------------------------------------------------------------
 
     def _watch(self, name: str, func: Any, args: tuple, kwargs: dict, out: Any,
-               caller: Optional[FrameType]) -> None:
+               caller: Optional[FrameType]) -> Optional[BackwardWatch]:
+        """Hook the call's backward where it can be replayed (the watch awaiting it, returned), or list it as
+        skipped when its backward runs."""
         outputs = [t for t in tensors_in(out) if t.grad_fn is not None]
         if not outputs:
-            return
+            return None
         bw_name = name[: -len("forward")] + "backward"
         root = outputs[0].grad_fn
         args_list = tensors_in((args, kwargs))
         if any(t.grad_fn is root for t in args_list):  # x.float() of a float returns x: not this call's node
-            return
+            return None
         why = None
         if golden.is_inplace(_base(name), kwargs):
             why = "in-place call: its inputs are overwritten, its backward cannot be recomputed"
@@ -162,34 +242,35 @@ class StepReplay:
             why = "several outputs: their gradients are not replayed"
         boundary: dict = {}
         if why is None:
-            boundary, why = _graph_of_call(root, args_list)
+            boundary, why = graph_of_call(root, args_list)
         if why is not None:
             self._skip_at_backward(root, bw_name, outputs[0], why)
-            return
+            return None
         stack_id = self._engine.stacks.capture(caller)[0] if caller is not None else None
-        watch = _Backward(bw_name, func, args, kwargs, boundary, outputs[0].dtype, stack_id,
-                          [t._version for t in args_list])
+        watch = BackwardWatch(bw_name, func, args, kwargs, boundary, outputs[0].dtype, stack_id,
+                              [t._version for t in args_list])
         self._pending[id(watch)] = watch
         self._engine.handles.append(root.register_hook(lambda gi, go: self._incoming(watch, go)))
         for node, slots in boundary.items():
             self._engine.handles.append(node.register_hook(
                 lambda gi, go, slots=slots, node=node: self._arrived(watch, node, slots, gi)))
+        return watch
 
     def _skip_at_backward(self, root: Any, name: str, like: torch.Tensor, why: str) -> None:
         meta = torch.empty(like.shape, dtype=like.dtype, device="meta")  # dtype and shape, not the tensor
 
         def on_backward(grad_inputs: tuple, grad_outputs: tuple) -> None:
             if self._engine.recording:
-                self._skipped(name, meta, why)
+                self.rows.skipped(name, meta, why)
 
         self._engine.handles.append(root.register_hook(on_backward))
 
-    def _incoming(self, watch: _Backward, grad_outputs: tuple) -> None:
+    def _incoming(self, watch: BackwardWatch, grad_outputs: tuple) -> None:
         if watch.incoming is None and not watch.done:
             watch.incoming = grad_outputs[0] if grad_outputs else None
             watch.started = True
 
-    def _arrived(self, watch: _Backward, node: Any, slots: list, grad_inputs: tuple) -> None:
+    def _arrived(self, watch: BackwardWatch, node: Any, slots: list, grad_inputs: tuple) -> None:
         if watch.done or not self._engine.recording:
             return
         for slot, index in slots:
@@ -207,30 +288,44 @@ class StepReplay:
         except Exception as exc:
             self._engine.fail(exc)
 
-    def _backward_row(self, watch: _Backward) -> None:
+    def _backward_row(self, watch: BackwardWatch) -> None:
+        """The backward's row, and the forward's when it waited for this recompute."""
         args_list = tensors_in((watch.args, watch.kwargs))
-        indices = sorted({i for slots in watch.boundary.values() for _, i in slots})
-        device = [_summed(watch.grads.get(i), args_list[i]) for i in indices]
+        indices, arguments = watch.arguments()
+        device = [watch.device_grad(i, args_list[i]) for i in indices]
         first = device[0]
         try:
-            if [t._version for t in args_list] != watch.versions:
+            if not watch.unchanged():
+                self._forward_now(watch)
                 raise Unreplayable("an argument changed in place before its backward ran")
+            if golden.passes_through(device, watch.incoming):
+                self._forward_now(watch)
+                standard = golden.standard_of(device + [watch.incoming], (watch.out_dtype,))
+                self.rows.add(watch.name, first, PASS, golden.EXACT, standard)
+                return
+            try:
+                copier = GoldenCopy()
+                gargs, gkwargs = copier.call_args(watch.func, watch.args, watch.kwargs)
+                leaves = copier.leaves(arguments)
+                with torch.enable_grad():
+                    gold_forward = golden.run_on_cpu(watch.func, gargs, gkwargs)
+            except Exception as exc:
+                self._forward_now(watch, failure=str(exc) if isinstance(exc, Unreplayable) else golden.failure(exc))
+                raise
+            self._forward_now(watch, gold_forward, gargs, gkwargs)
             if watch.incoming is None:
                 raise Unreplayable("no gradient reached its output")
-            copier = GoldenCopy(grad=frozenset(indices))
-            gargs, gkwargs = copier.call_args(watch.func, watch.args, watch.kwargs)
-            leaves = [copier.tensors[i] for i in indices]
+            gold_out = tensors_in(gold_forward)[0]
             with torch.enable_grad():
-                gold_out = tensors_in(_on_cpu(watch.func, gargs, gkwargs))[0]
                 incoming = watch.incoming.detach().to(device="cpu", dtype=gold_out.dtype)
                 gold = torch.autograd.grad(gold_out, leaves, incoming, allow_unused=True)
             gold = [torch.zeros_like(leaf) if g is None else g.detach() for g, leaf in zip(gold, leaves)]
             standard = golden.standard_of(device + [watch.incoming], (watch.out_dtype,))
             self._compare(watch.name, device, gold, standard, stack_id=watch.stack_id)
         except Unreplayable as exc:
-            self._skipped(watch.name, first, str(exc))
+            self.rows.skipped(watch.name, first, str(exc))
         except Exception as exc:
-            self._skipped(watch.name, first, _replay_error(exc))
+            self.rows.skipped(watch.name, first, golden.failure(exc))
         finally:
             watch.release()
 
@@ -238,94 +333,25 @@ class StepReplay:
 
     def finish(self) -> ReplayReport:
         """Write replay.csv and replay.json into the step's rank folder; the report the callback logs."""
-        for watch in list(self._pending.values()):
-            if watch.started:
-                self._skipped(watch.name, tensors_in((watch.args, watch.kwargs))[0],
-                              "its backward did not finish within the step")
-            watch.release()
-        self._pending = {}
+        with internal(), torch._C.DisableTorchFunction():
+            for watch in self._waiting.watches():
+                self._forward_now(watch)  # its backward never came, or its replay failed before the forward's
+            for watch in list(self._pending.values()):
+                if watch.started:
+                    self.rows.skipped(watch.name, tensors_in((watch.args, watch.kwargs))[0],
+                                  "its backward did not finish within the step")
+                watch.release()
+        self._pending, self._waiting = {}, WaitingForwards()
         self._scratch = golden.Scratch()
         engine = self._engine
         make_folder(engine.rank_dir)
-        write_atomic(os.path.join(engine.rank_dir, REPLAY_CSV), replay_csv(self.rows))
-        summary = replay_summary(engine.step, engine.rank, self.rows)
+        write_atomic(os.path.join(engine.rank_dir, REPLAY_CSV), replay_csv(self.rows.rows))
+        summary = replay_summary(engine.step, engine.rank, self.rows.rows)
         path = os.path.join(engine.rank_dir, REPLAY_JSON)
         write_json_atomic(path, summary)
         return ReplayReport.from_summary(summary, path)
 
 
-class _Backward:
-    """One call whose backward is awaited: what the golden recompute needs and what the device's hooks sent."""
-
-    def __init__(self, name: str, func: Any, args: tuple, kwargs: dict, boundary: dict, out_dtype: torch.dtype,
-                 stack_id: Optional[int], versions: list):
-        self.name, self.func, self.args, self.kwargs = name, func, args, kwargs
-        self.boundary, self.out_dtype, self.stack_id, self.versions = boundary, out_dtype, stack_id, versions
-        self.incoming: Any = None
-        self.grads: dict = {}
-        self.seen: set = set()
-        self.started = False
-        self.done = False
-
-    def release(self) -> None:
-        """Drop the device tensors held since the forward call."""
-        self.args, self.kwargs, self.incoming, self.grads = (), {}, None, {}
-        self.done = True
-
-
-def _graph_of_call(root: Any, args_list: list) -> tuple:
-    """``({node: [(slot, argument index)]}, None)``: the nodes of the call's own backward graph that send a
-    gradient to one of its arguments; or ``({}, why)`` when that graph cannot be told apart from the rest."""
-    edges = {}
-    # Nodes are told apart by id, so every node met is held until the walk ends: a node's Python object can die
-    # with its last reference and a new one get its id (torch 2.1 does not keep them, later torches do).
-    held = [root]
-    for index, t in enumerate(args_list):
-        if t.requires_grad:
-            node, nr = _gradient_edge(t)
-            held.append(node)
-            edges.setdefault((id(node), nr), index)
-    boundary: dict = {}
-    todo, seen = [root], {id(root)}
-    while todo:
-        node = todo.pop()
-        for slot, (nxt, nr) in enumerate(node.next_functions):
-            if nxt is None:
-                continue
-            held.append(nxt)
-            index = edges.get((id(nxt), nr))
-            if index is not None:
-                boundary.setdefault(node, []).append((slot, index))
-                continue
-            if id(nxt) in seen:
-                continue
-            if not nxt.next_functions:  # a leaf that is not an argument: the graph reaches outside the call
-                return {}, "its backward reaches tensors that are not its arguments"
-            seen.add(id(nxt))
-            if len(seen) > GRAPH_LIMIT:
-                return {}, f"its backward spans more than {GRAPH_LIMIT} autograd nodes"
-            todo.append(nxt)
-    if not boundary:
-        return {}, "no gradient flows to its arguments"
-    return boundary, None
-
-
-def _gradient_edge(t: torch.Tensor) -> tuple:
-    """``(node, output_nr)`` where ``t``'s gradient enters the graph: its ``grad_fn``, or a leaf's AccumulateGrad
-    (``torch.autograd.graph.get_gradient_edge``, first in torch 2.2, does the same)."""
-    get = getattr(torch.autograd.graph, "get_gradient_edge", None)
-    if get is not None:
-        edge = get(t)
-        return edge.node, edge.output_nr
-    node = t.grad_fn if t.grad_fn is not None else t.view_as(t).grad_fn.next_functions[0][0]
-    return node, t.output_nr
-
-
-def _cpu_autocast_on() -> bool:
-    try:
-        return torch.is_autocast_enabled("cpu")  # a device type: torch 2.4
-    except TypeError:
-        return torch.is_autocast_cpu_enabled()  # before: one function per device
 
 
 def _results(name: str, kwargs: dict, out: Any, args: tuple) -> list:
@@ -343,48 +369,3 @@ def _base(name: str) -> str:
 
 def _is_float(t: torch.Tensor) -> bool:
     return t.is_floating_point() or t.is_complex()
-
-
-def _summed(grads: Optional[list], like: torch.Tensor) -> torch.Tensor:
-    if not grads:
-        return torch.zeros(like.shape, dtype=like.dtype, device=like.device)
-    total = grads[0]
-    for g in grads[1:]:
-        total = total + g
-    return total
-
-
-def _on_cpu(func: Any, args: tuple, kwargs: dict) -> Any:
-    """``func`` on the golden copies, CPU autocast off (it would compute the golden value in bfloat16)."""
-    if _cpu_autocast_on():
-        with torch.autocast("cpu", enabled=False):
-            return func(*args, **kwargs)
-    return func(*args, **kwargs)
-
-
-_DTYPE_NAMES: dict = {}
-
-
-def _dtype(t: Optional[torch.Tensor]) -> str:
-    if not isinstance(t, torch.Tensor):
-        return ""
-    name = _DTYPE_NAMES.get(t.dtype)
-    if name is None:
-        name = _DTYPE_NAMES[t.dtype] = str(t.dtype).replace("torch.", "")
-    return name
-
-
-def _shape(t: Optional[torch.Tensor]) -> tuple:
-    return tuple(int(s) for s in t.shape) if isinstance(t, torch.Tensor) else ()
-
-
-def _error_text(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"[:200]
-
-
-def _replay_error(exc: BaseException) -> str:
-    text = str(exc)
-    if "not implemented for" in text and ("'Double'" in text or "'ComplexDouble'" in text):
-        return "no float64 CPU kernel: " + _error_text(exc)
-    return "the CPU replay failed: " + _error_text(exc)

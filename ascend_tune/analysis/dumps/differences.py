@@ -19,6 +19,9 @@ against the tensor's magnitude, ``|T_s - B_s| / max(|max|, |min|)`` for max/min/
 |B_n|)`` for the norm (with saved tensors: ``max|T - B| / max(|T|, |B|)``). A relative error per statistic would
 call a mean of 1e-9 against 2e-9 a 100% error; measured against the magnitude it is noise. How large an error two
 correct runs may show (per dtype, op family and size): :mod:`.tolerance`.
+
+The replay's error (:class:`ReplayError`) is defined in :mod:`.replay` and measured on the tensors themselves, in
+torch, by :func:`ascend_tune.precision.golden.measure`.
 """
 
 from __future__ import annotations
@@ -196,41 +199,3 @@ class ReplayError:
         return ReplayError(max(self.max_abs_err, other.max_abs_err), max(self.max_rel_err, other.max_rel_err),
                        max(self.err_ratio, other.err_ratio), max(self.norm_err, other.norm_err),
                        self.nonfinite + other.nonfinite)
-
-
-def replay_error(device: np.ndarray, golden: np.ndarray, rtol: float, diff: np.ndarray, work: np.ndarray,
-                 norm: Callable[[np.ndarray, np.ndarray], float]) -> ReplayError:
-    """How far a result ``device`` is from its float64 ``golden`` (flat float64 arrays, read only; see
-    :mod:`.replay`).
-
-    ``diff`` and ``work`` are two float64 buffers of the same size, reused across calls (memory writes are what a
-    comparison of large tensors costs, so it makes as few as it can and allocates nothing); ``norm(x, work)`` is the
-    2-norm the caller computes fastest.
-    """
-    n = device.size
-    with np.errstate(all="ignore"):
-        nonfinite = 0
-        np.subtract(device, golden, out=diff)
-        np.abs(diff, out=diff)
-        max_abs = float(diff.max())
-        if not math.isfinite(max_abs):  # inf/nan on either side: equal ones agree, the others count apart
-            both = np.isfinite(device) & np.isfinite(golden)
-            same = (device == golden) | (np.isnan(device) & np.isnan(golden))
-            nonfinite = int(np.count_nonzero(~both & ~same))
-            golden = np.where(both, golden, 0.0)
-            np.abs(np.where(both, device, 0.0) - golden, out=diff)
-            max_abs = float(diff.max())
-        if max_abs == 0.0 and not nonfinite:
-            return ReplayError(0.0, 0.0, 0.0, 0.0, 0)
-        total, diff_norm = norm(golden, work), norm(diff, work)
-        rms = total / math.sqrt(n)
-        if rms > 0:
-            np.abs(golden, out=work)
-            np.maximum(work, rms, out=work)
-            np.divide(diff, work, out=work)
-        else:
-            np.copyto(work, np.where(diff > 0, np.inf, 0.0))
-        max_rel = float(work.max())
-        over = (int(np.count_nonzero(work > rtol)) if max_rel > rtol else 0) + nonfinite
-    norm_err = diff_norm / total if total > 0 else (0.0 if diff_norm == 0 else math.inf)
-    return ReplayError(max_abs, max_rel, min(over / n, 1.0), norm_err, nonfinite)
