@@ -2,7 +2,8 @@
 
 - When the step calls ``torch.nn.utils.clip_grad_norm_`` (patched for the block, seen without being told), it is
   that call's returned total norm: the pre-clip norm the Hugging Face Trainer logs (several calls in one step: the
-  last one's);
+  last one's); torch's split form (``get_total_norm``, then ``clip_grads_with_norm_``, which accelerate calls) gives
+  the norm it clipped by;
 - else the total 2-norm of the gradients at the optimizer's step (its pre-hook: after a GradScaler's unscale, after
   gradient accumulation), over every parameter the stepping optimizer holds; several optimizers stepping in one
   step give the norm of all their gradients together.
@@ -71,6 +72,10 @@ class GradNorms:
             if owner is not None and getattr(owner, "clip_grad_norm_", None) is original:
                 owner.clip_grad_norm_ = wrapped
                 stack.callback(setattr, owner, "clip_grad_norm_", original)
+        split = getattr(utils, "clip_grads_with_norm_", None)  # torch >= 2.6; not what clip_grad_norm_ calls inside
+        if split is not None:
+            utils.clip_grads_with_norm_ = self._wrap_split(split)
+            stack.callback(setattr, utils, "clip_grads_with_norm_", split)
 
     def _before_clip(self) -> None:
         if self._also is not None:
@@ -97,6 +102,27 @@ class GradNorms:
             return total
 
         return clip_grad_norm_
+
+    def _wrap_split(self, original: Any) -> Any:
+        """torch's split clipping (``get_total_norm``, then ``clip_grads_with_norm_(parameters, max_norm,
+        total_norm)``: accelerate's and so the HF Trainer's): the norm it is given is the step's; of which kind it
+        is (a 2-norm?) is not said, so the count stays the optimizer step's."""
+
+        @functools.wraps(original)
+        def clip_grads_with_norm_(*args: Any, **kwargs: Any) -> Any:
+            self._before_clip()
+            out = original(*args, **kwargs)
+            try:
+                total = args[2] if len(args) > 2 else kwargs.get("total_norm")
+                if isinstance(total, torch.Tensor):
+                    with internal():
+                        self._clip = _whole(total).detach().reshape(())
+                    self._clipped = None
+            except Exception:  # our own bookkeeping never reaches the loop
+                self._clip = self._clipped = None
+            return out
+
+        return clip_grads_with_norm_
 
     def before_step(self, optimizer: Any) -> None:
         """The optimizer is about to apply its gradients: their norms, on the device, unless a clip has them."""
