@@ -131,6 +131,8 @@ class HealthCallback(Callback):
                 flat += (value.norm, nan if value.nonfinite is None else value.nonfinite)
                 if value.nonfinite_if is not None:
                     self._derived[entry.step] = value.nonfinite_if
+            if all(t.device == dev for t in flat):
+                return torch.stack(flat)  # one kernel: stack promotes the counts' and norms' dtypes to one float
             return torch.stack([t.to(dev, torch.float32) for t in flat])
 
     def on_window(self, ctx: RunContext, window: Any, values: list) -> Optional[dict]:
