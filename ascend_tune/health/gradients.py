@@ -9,7 +9,7 @@
   step give the norm of all their gradients together.
 
 ``grad_nonfinite`` counts the parameters whose gradient holds a NaN or an infinity (seen at the optimizer's step).
-When the stepping optimizer's gradients are all among those a 2-norm ``clip_grad_norm_`` of the step just normed,
+When every parameter the stepping optimizer holds is among those a 2-norm ``clip_grad_norm_`` of the step clipped,
 nothing is computed here: the count follows from the clip's norm, 0 when it is finite, else every one of them (a
 NaN norm makes clipping multiply every gradient by NaN: exactly what the optimizer then holds). A clipped step thus
 costs health no kernel and no copy, only the clip's result kept until the log step. A step GradScaler skips runs no
@@ -23,11 +23,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import operator
 from typing import Any, NamedTuple, Optional
 
 import torch
 
 from ..recording.frames import internal
+
+_GRAD = operator.attrgetter("grad")
 
 
 class StepNorm(NamedTuple):
@@ -43,7 +46,7 @@ class GradNorms:
 
     def __init__(self) -> None:
         self._clip: Optional[torch.Tensor] = None
-        self._clipped: Optional[dict] = None  # id -> gradient: what the last 2-norm clip normed, None for another
+        self._clipped: Optional[list] = None  # the parameters the last clip normed when a 2-norm, else None
         self._parts: list = []  # per optimizer step in this step: (total, count tensor), or (clip norm, int) reused
         self._also: Optional[Any] = None
 
@@ -94,9 +97,7 @@ class GradNorms:
                 if isinstance(total, torch.Tensor):
                     with internal():
                         self._clip = _whole(total).detach().reshape(())
-                    self._clipped = None
-                    if params is not None and _two_norm(args, kwargs):
-                        self._clipped = {id(g): g for g in (p.grad for p in params) if g is not None}
+                    self._clipped = params if params is not None and _two_norm(args, kwargs) else None
             except Exception:  # our own bookkeeping never reaches the loop
                 self._clip = self._clipped = None
             return total
@@ -127,12 +128,12 @@ class GradNorms:
     def before_step(self, optimizer: Any) -> None:
         """The optimizer is about to apply its gradients: their norms, on the device, unless a clip has them."""
         try:
-            grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+            params = [p for group in optimizer.param_groups for p in group["params"]]
+            grads = [g for g in map(_GRAD, params) if g is not None]  # the one read of each .grad (~0.35 us)
             if not grads:
                 return
-            clipped = self._clipped
-            if clipped is not None and all(id(g) in clipped for g in grads):
-                self._parts.append((self._clip, len(grads)))
+            if self._clipped is not None and _among(params, self._clipped):
+                self._parts.append((self._clip, len(grads)))  # its gradients are the clip's: normed, then scaled
                 return
             with internal(), torch.no_grad():
                 self._parts.append(norms_of(grads))
@@ -190,6 +191,13 @@ def _listed(args: tuple, kwargs: dict) -> tuple:
     params = list(parameters)  # what the clip's own list() would raise, it raises here
     # an empty generator goes as it came: clip_grad_norm_ warns about that one
     return (params if params else parameters, *rest), kwargs, params
+
+
+def _among(params: list, clipped: list) -> bool:
+    """Whether every one of ``params`` is among ``clipped`` (by identity: ``==`` on tensors compares values)."""
+    if len(params) == len(clipped) and all(map(operator.is_, params, clipped)):  # the usual case: the same list
+        return True
+    return set(map(id, clipped)).issuperset(map(id, params))
 
 
 def _two_norm(args: tuple, kwargs: dict) -> bool:
