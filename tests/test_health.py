@@ -135,6 +135,61 @@ def test_health_reads_nothing_back_between_log_steps(tmp_path, host_reads):
     assert all(r["grad_norm"] is not None for r in step_records(tmp_path))
 
 
+class NormCalls(torch.overrides.TorchFunctionMode):
+    """Counts the gradient-norm calls made while it is on (the clip's own and anyone else's)."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in (torch._foreach_norm, torch.linalg.vector_norm, torch.norm, torch.Tensor.norm):
+            self.calls += 1
+        return func(*args, **(kwargs or {}))
+
+
+def clipped_run(folder, health, nan_at: int = -1, clip_first_only: bool = False, nan_grad_at: int = -1):
+    """8 clipped SGD steps; the loss at ``nan_at`` is NaN; at ``nan_grad_at`` the last layer's weight gradient gets
+    a NaN after backward. Returns (clip's returned norms, norm calls seen, the run's losses)."""
+    model, optimizer, loader = setup()
+    returned, losses = [], []
+    counter = NormCalls()
+    with TrainingMonitor(model, optimizer, loader, log_dir=folder, quiet=True, health=health), counter:
+        for i, (x, y) in enumerate(loader):
+            loss = F.cross_entropy(model(x), y) * 20
+            if i == nan_at:
+                loss = loss * float("nan")
+            optimizer.zero_grad()
+            loss.backward()
+            if i == nan_grad_at:
+                model[2].weight.grad[0, 0] = float("nan")
+            params = model[0].parameters() if clip_first_only else model.parameters()
+            returned.append(float(torch.nn.utils.clip_grad_norm_(params, 1.0)))
+            optimizer.step()
+            losses.append(float(loss.detach()))
+    return returned, counter.calls, losses
+
+
+def test_a_clipped_step_logs_the_clips_own_norm_and_computes_no_norm_of_its_own(tmp_path):
+    returned, calls, losses = clipped_run(tmp_path / "health", True, nan_at=5)
+    _, alone, losses_alone = clipped_run(tmp_path / "alone", None, nan_at=5)
+    records = step_records(tmp_path / "health")
+    assert [r["grad_norm"] for r in records[:5]] == returned[:5]  # the very value clip_grad_norm_ returned
+    assert math.isnan(returned[5]) and math.isnan(records[5]["grad_norm"])
+    assert [r["grad_nonfinite"] for r in records] == [0] * 5 + [4] + [4] * 2  # the NaN step's 4 gradients, then
+    # the NaN weights' own (clipping by a NaN norm made every gradient NaN, as the optimizer then saw them)
+    assert calls == alone == 2 * 8  # the clip's own two a step (per-parameter norms, their norm); health added none
+    assert losses[:5] == losses_alone[:5]
+
+
+def test_a_clip_over_part_of_the_parameters_leaves_the_count_to_the_optimizers_step(tmp_path):
+    returned, calls, _ = clipped_run(tmp_path, True, clip_first_only=True, nan_grad_at=3)
+    records = step_records(tmp_path)
+    assert [r["grad_norm"] for r in records[:4]] == returned[:4]  # the clip's norm, over the first layer
+    assert [r["grad_nonfinite"] for r in records[:4]] == [0, 0, 0, 1]  # the last layer's NaN, unseen by the clip
+    assert calls > 2 * 8  # the optimizer's gradients were normed at its step
+
+
 # --- the Hugging Face Trainer --------------------------------------------------------------------------------------
 
 class TokenBlocks(torch.utils.data.Dataset):

@@ -1,8 +1,9 @@
 """The ``health=`` option of TrainingMonitor: gradient norm per step, module statistics at chosen steps, spikes.
 
-Per step nothing is read back: the step's ``[grad_norm, grad_nonfinite]`` (:mod:`.gradients`) stays on the device
-and rides along with the losses' read-back at the log step (``Callback.read_along``); the spike rule
-(:mod:`.spikes`) then judges each step of the window, so anomalies are found at log steps, never between them.
+Per step nothing is read back: the step's gradient norm and non-finite count (:mod:`.gradients`; a clipped step's
+are the clip's own norm, nothing computed) stay on the device and ride along with the losses' read-back at the log
+step (``Callback.read_along``); the spike rule (:mod:`.spikes`) then judges each step of the window, so anomalies
+are found at log steps, never between them.
 An anomaly is an ``anomaly`` event in metrics.jsonl, a line in ``anomalies.jsonl``, one console warning, with the
 sample indices of the step's batches when the passed loader is a ``DataLoader`` (``ctx.batches``). ``on_anomaly``
 then arms a statistics dump (the precision feature: the user's own ``precision=`` callback when on, else one made
@@ -55,7 +56,8 @@ class HealthCallback(Callback):
         self.config = config
         self._norms = GradNorms()
         self._modules: Optional[ModuleStats] = None
-        self._pending: dict = {}  # step -> device [grad_norm, grad_nonfinite]
+        self._pending: dict = {}  # step -> its StepNorm, on the device
+        self._derived: dict = {}  # step -> its count when its norm is not finite (0 when it is), read back
         self._indices: dict = {}  # step -> the sample indices of its batches
         self._skipped: set = set()
         self._rules = {m: SpikeRule(config.window, config.warmup, config.threshold, config.min_rise) for m in METRICS}
@@ -116,15 +118,32 @@ class HealthCallback(Callback):
         self._skipped.update(e.step for e in entries if e.skipped)
         known = next((v for v in values if v is not None), None)
         if known is not None:
-            dev = known.device
+            dev = known.norm.device
         else:
             dev = next((e.loss.device for e in entries if isinstance(e.loss, torch.Tensor)), torch.device("cpu"))
         with internal():
             nan = self._nan_on(dev)
-            return torch.stack([nan if v is None else v.to(dev) for v in values])
+            flat = []
+            for entry, value in zip(entries, values):
+                if value is None:
+                    flat += (nan, nan)
+                    continue
+                flat += (value.norm, nan if value.nonfinite is None else value.nonfinite)
+                if value.nonfinite_if is not None:
+                    self._derived[entry.step] = value.nonfinite_if
+            if all(t.device == dev for t in flat):
+                return torch.stack(flat)  # one kernel: stack promotes the counts' and norms' dtypes to one float
+            return torch.stack([t.to(dev, torch.float32) for t in flat])
 
     def on_window(self, ctx: RunContext, window: Any, values: list) -> Optional[dict]:
-        counts = [None if math.isnan(c) else c for c in values[1::2]]
+        steps = range(window.first_step, window.last_step + 1)
+        counts = []
+        for step, v, c in zip(steps, values[0::2], values[1::2]):
+            if_nonfinite = self._derived.pop(step, None)
+            if if_nonfinite is not None:  # a clipped step's: it follows from the clip's norm
+                counts.append(0 if math.isfinite(v) else if_nonfinite)
+            else:
+                counts.append(None if math.isnan(c) else c)
         # (NaN, NaN) is a step without a value; a NaN norm with a count is a NaN gradient
         norms = [None if math.isnan(v) and c is None else v for v, c in zip(values[0::2], counts)]
         for i, step in enumerate(range(window.first_step, window.last_step + 1)):
@@ -209,5 +228,5 @@ class HealthCallback(Callback):
 
     def _nan_on(self, dev: torch.device) -> torch.Tensor:
         if dev not in self._nan:
-            self._nan[dev] = torch.full((2,), math.nan, device=dev)
+            self._nan[dev] = torch.full((), math.nan, device=dev)
         return self._nan[dev]

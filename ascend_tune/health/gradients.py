@@ -2,37 +2,52 @@
 
 - When the step calls ``torch.nn.utils.clip_grad_norm_`` (patched for the block, seen without being told), it is
   that call's returned total norm: the pre-clip norm the Hugging Face Trainer logs (several calls in one step: the
-  last one's);
+  last one's); torch's split form (``get_total_norm``, then ``clip_grads_with_norm_``, which accelerate calls) gives
+  the norm it clipped by;
 - else the total 2-norm of the gradients at the optimizer's step (its pre-hook: after a GradScaler's unscale, after
   gradient accumulation), over every parameter the stepping optimizer holds; several optimizers stepping in one
   step give the norm of all their gradients together.
 
 ``grad_nonfinite`` counts the parameters whose gradient holds a NaN or an infinity (seen at the optimizer's step).
-A step GradScaler skips runs no optimizer step: its ``grad_nonfinite`` is unknown (NaN), its ``grad_norm`` the clip
-call's when there was one. FSDP2 / DTensor gradients give the global norm (the per-parameter norms made whole, one
-collective per step); DDP gradients are the same on every rank after the all-reduce, so the rank's norm is global.
-Nothing here reads a value back: the pair stays on the device until the log step's read-back.
+When every parameter the stepping optimizer holds is among those a 2-norm ``clip_grad_norm_`` of the step clipped,
+nothing is computed here: the count follows from the clip's norm, 0 when it is finite, else every one of them (a
+NaN norm makes clipping multiply every gradient by NaN: exactly what the optimizer then holds). A clipped step thus
+costs health no kernel and no copy, only the clip's result kept until the log step. A step GradScaler skips runs no
+optimizer step: its ``grad_nonfinite`` is unknown (NaN), its ``grad_norm`` the clip call's when there was one.
+FSDP2 / DTensor gradients give the global norm (the per-parameter norms made whole, one collective per step); DDP
+gradients are the same on every rank after the all-reduce, so the rank's norm is global. Nothing here reads a value
+back: a step's :class:`StepNorm` stays on the device until the log step's read-back.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import math
-from typing import Any, Optional
+import operator
+from typing import Any, NamedTuple, Optional
 
 import torch
 
 from ..recording.frames import internal
 
+_GRAD = operator.attrgetter("grad")
+
+
+class StepNorm(NamedTuple):
+    """One step's gradient norm and non-finite count, on the device until the log step."""
+
+    norm: torch.Tensor  # 0-dim
+    nonfinite: Optional[torch.Tensor]  # 0-dim count; None: ``nonfinite_if``, or unknown when that is None too
+    nonfinite_if: Optional[int] = None  # the count when ``norm`` is not finite (0 when it is): a clip's norm reused
+
 
 class GradNorms:
-    """Collects one step's ``(grad_norm, grad_nonfinite)`` as a device tensor of two values."""
+    """Collects one step's :class:`StepNorm`."""
 
     def __init__(self) -> None:
         self._clip: Optional[torch.Tensor] = None
-        self._parts: list = []  # (total, nonfinite) per optimizer step in this step
-        self._nan: dict = {}
+        self._clipped: Optional[list] = None  # the parameters the last clip normed when a 2-norm, else None
+        self._parts: list = []  # per optimizer step in this step: (total, count tensor), or (clip norm, int) reused
         self._also: Optional[Any] = None
 
     def install(self, stack: contextlib.ExitStack, optimizer: Any, also: Optional[Any] = None) -> None:
@@ -60,67 +75,94 @@ class GradNorms:
             if owner is not None and getattr(owner, "clip_grad_norm_", None) is original:
                 owner.clip_grad_norm_ = wrapped
                 stack.callback(setattr, owner, "clip_grad_norm_", original)
+        split = getattr(utils, "clip_grads_with_norm_", None)  # torch >= 2.6; not what clip_grad_norm_ calls inside
+        if split is not None:
+            utils.clip_grads_with_norm_ = self._wrap_split(split)
+            stack.callback(setattr, utils, "clip_grads_with_norm_", split)
+
+    def _before_clip(self) -> None:
+        if self._also is not None:
+            try:
+                self._also()
+            except Exception:  # our own bookkeeping never reaches the loop
+                pass
 
     def _wrap_clip(self, original: Any) -> Any:
         @functools.wraps(original)
         def clip_grad_norm_(*args: Any, **kwargs: Any) -> Any:
-            if self._also is not None:
-                try:
-                    self._also()
-                except Exception:  # our own bookkeeping never reaches the loop
-                    pass
+            self._before_clip()
+            args, kwargs, params = _listed(args, kwargs)
             total = original(*args, **kwargs)
             try:
                 if isinstance(total, torch.Tensor):
                     with internal():
                         self._clip = _whole(total).detach().reshape(())
+                    self._clipped = params if params is not None and _two_norm(args, kwargs) else None
             except Exception:  # our own bookkeeping never reaches the loop
-                self._clip = None
+                self._clip = self._clipped = None
             return total
 
         return clip_grad_norm_
 
+    def _wrap_split(self, original: Any) -> Any:
+        """torch's split clipping (``get_total_norm``, then ``clip_grads_with_norm_(parameters, max_norm,
+        total_norm)``: accelerate's and so the HF Trainer's): the norm it is given is the step's; of which kind it
+        is (a 2-norm?) is not said, so the count stays the optimizer step's."""
+
+        @functools.wraps(original)
+        def clip_grads_with_norm_(*args: Any, **kwargs: Any) -> Any:
+            self._before_clip()
+            out = original(*args, **kwargs)
+            try:
+                total = args[2] if len(args) > 2 else kwargs.get("total_norm")
+                if isinstance(total, torch.Tensor):
+                    with internal():
+                        self._clip = _whole(total).detach().reshape(())
+                    self._clipped = None
+            except Exception:  # our own bookkeeping never reaches the loop
+                self._clip = self._clipped = None
+            return out
+
+        return clip_grads_with_norm_
+
     def before_step(self, optimizer: Any) -> None:
-        """The optimizer is about to apply its gradients: their norms, on the device."""
+        """The optimizer is about to apply its gradients: their norms, on the device, unless a clip has them."""
         try:
+            params = [p for group in optimizer.param_groups for p in group["params"]]
+            grads = [g for g in map(_GRAD, params) if g is not None]  # the one read of each .grad (~0.35 us)
+            if not grads:
+                return
+            if self._clipped is not None and _among(params, self._clipped):
+                self._parts.append((self._clip, len(grads)))  # its gradients are the clip's: normed, then scaled
+                return
             with internal(), torch.no_grad():
-                part = norms_of(optimizer)
+                self._parts.append(norms_of(grads))
         except Exception:
             return
-        if part is not None:
-            self._parts.append(part)
 
-    def take(self) -> Optional[torch.Tensor]:
-        """The step's ``[grad_norm, grad_nonfinite]`` (None when it saw neither a clip nor an optimizer step)."""
+    def take(self) -> Optional[StepNorm]:
+        """The step's :class:`StepNorm` (None when it saw neither a clip nor an optimizer step)."""
         parts, clip = self._parts, self._clip
-        self._parts, self._clip = [], None
-        if not parts and clip is None:
-            return None
+        self._parts, self._clip, self._clipped = [], None, None
+        if not parts:
+            return None if clip is None else StepNorm(clip, None)
+        if len(parts) == 1 and isinstance(parts[0][1], int) and parts[0][0] is clip:
+            return StepNorm(clip, None, parts[0][1])  # the clipped step: nothing of ours ran on the device
         with internal(), torch.no_grad():
-            if parts:
-                if len(parts) == 1:
-                    total, nonfinite = parts[0]
-                else:
-                    dev = parts[0][0].device
-                    total = torch.linalg.vector_norm(torch.stack([p[0].to(dev) for p in parts]))
-                    nonfinite = torch.stack([p[1].to(dev) for p in parts]).sum()
-            else:
-                total, nonfinite = clip, self._nan_on(clip.device)
+            dev = parts[0][0].device
+            counts = [(~torch.isfinite(t) * c) if isinstance(c, int) else c for t, c in parts]
             if clip is not None:
-                total = clip.to(total.device)
-            return torch.stack([total.float(), nonfinite.float()])
+                total = clip
+            elif len(parts) == 1:
+                total = parts[0][0]
+            else:
+                total = torch.linalg.vector_norm(torch.stack([t.to(dev) for t, _ in parts]))
+            nonfinite = counts[0] if len(counts) == 1 else torch.stack([c.to(dev) for c in counts]).sum()
+            return StepNorm(total, nonfinite)
 
-    def _nan_on(self, dev: torch.device) -> torch.Tensor:
-        if dev not in self._nan:
-            self._nan[dev] = torch.full((), math.nan, device=dev)
-        return self._nan[dev]
 
-
-def norms_of(optimizer: Any) -> Optional[tuple]:
-    """(total 2-norm, count of non-finite per-parameter norms) of the gradients ``optimizer`` holds, on the device."""
-    grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
-    if not grads:
-        return None
+def norms_of(grads: list) -> tuple:
+    """(total 2-norm, count of non-finite per-parameter norms) of ``grads``, on the device."""
     groups: dict = {}
     for g in grads:
         groups.setdefault((g.device, g.dtype, type(g)), []).append(g)
@@ -133,6 +175,34 @@ def norms_of(optimizer: Any) -> Optional[tuple]:
     first = norms[0].device
     stacked = _whole(torch.stack([n.to(first).float() for n in norms]))
     return torch.linalg.vector_norm(stacked), (~torch.isfinite(stacked)).sum()
+
+
+def _listed(args: tuple, kwargs: dict) -> tuple:
+    """``clip_grad_norm_``'s arguments with its parameters as a list (a generator can be read only once, and the
+    clip and we both read them), and that list (None when the parameters are not where expected)."""
+    if args:
+        parameters, rest = args[0], args[1:]
+    elif "parameters" in kwargs:
+        parameters, rest = kwargs.pop("parameters"), ()
+    else:
+        return args, kwargs, None
+    if isinstance(parameters, torch.Tensor):
+        return (parameters, *rest), kwargs, [parameters]
+    params = list(parameters)  # what the clip's own list() would raise, it raises here
+    # an empty generator goes as it came: clip_grad_norm_ warns about that one
+    return (params if params else parameters, *rest), kwargs, params
+
+
+def _among(params: list, clipped: list) -> bool:
+    """Whether every one of ``params`` is among ``clipped`` (by identity: ``==`` on tensors compares values)."""
+    if len(params) == len(clipped) and all(map(operator.is_, params, clipped)):  # the usual case: the same list
+        return True
+    return set(map(id, clipped)).issuperset(map(id, params))
+
+
+def _two_norm(args: tuple, kwargs: dict) -> bool:
+    norm_type = args[2] if len(args) > 2 else kwargs.get("norm_type", 2.0)
+    return isinstance(norm_type, (int, float)) and float(norm_type) == 2.0
 
 
 def _whole(tensor: torch.Tensor) -> torch.Tensor:
