@@ -265,7 +265,7 @@ def weight_statistics(models: tuple) -> tuple:
                 std = x.std() if x.numel() > 1 else torch.zeros((), dtype=torch.float64, device=x.device)
                 low, high = torch.aminmax(x)
                 stats.append(torch.stack([x.mean(), std, torch.maximum(-low, high), x.sum(), high, low,
-                                          torch.linalg.vector_norm(x)]))
+                                          (x * x).sum()]))  # the norm's square: its root on the host
         return names, _rows(stats)
 
 
@@ -273,7 +273,7 @@ def weights_from(names: list, rows: list) -> dict:
     """config.json's ``weights`` from :func:`weight_statistics`' rows: each parameter's statistics and their sum."""
     if not names:
         return {}
-    per = {n: dict(zip(WEIGHT_STATISTICS, v[:3] + v[4:])) for n, v in zip(names, rows)}
+    per = {n: dict(zip(WEIGHT_STATISTICS, v[:3] + v[4:6] + [math.sqrt(v[6])])) for n, v in zip(names, rows)}
     return {"sum": sum(v[3] for v in rows), "per_parameter": per}
 
 
@@ -348,7 +348,7 @@ def tensor_statistics(calls: list) -> tuple:
             if isinstance(value, torch.Tensor) and value.numel():
                 x = value.detach().double()
                 low, high = torch.aminmax(x)
-                stats.append(torch.stack([x.sum(), (x * x).mean(), x.mean(), high, low, torch.linalg.vector_norm(x)]))
+                stats.append(torch.stack([x.sum(), (x * x).mean(), x.mean(), high, low]))  # norm: from the squares
                 keys.append((n, key, list(value.shape), plain(value.dtype)))
     return keys, _rows(stats)
 
@@ -357,7 +357,8 @@ def fingerprints_from(keys: list, rows: list, calls: int) -> list:
     """Each of ``calls`` forward calls' ``{argument: {shape, dtype, statistics}}`` from :func:`tensor_statistics`."""
     found: list = [{} for _ in range(calls)]
     for (n, key, shape, dtype), row in zip(keys, rows):
-        found[n][key] = {"shape": shape, "dtype": dtype, **dict(zip(TENSOR_STATISTICS, row))}
+        norm = math.sqrt(row[1] * math.prod(shape))
+        found[n][key] = {"shape": shape, "dtype": dtype, **dict(zip(TENSOR_STATISTICS, row + [norm]))}
     return found
 
 

@@ -140,8 +140,10 @@ class HealthCallback(Callback):
         counts = []
         for step, v, c in zip(steps, values[0::2], values[1::2]):
             if_nonfinite = self._derived.pop(step, None)
-            if if_nonfinite is not None:  # a clipped step's: it follows from the clip's norm
-                counts.append(0 if math.isfinite(v) else if_nonfinite)
+            if if_nonfinite is not None:  # a clipped step's: it follows from the clip's norm where it can
+                # a NaN norm made every gradient NaN; an infinite one zeroed the finite gradients and made the
+                # infinite ones NaN: which ones is not known without the pass the clip's norm saved (unknown)
+                counts.append(0 if math.isfinite(v) else if_nonfinite if math.isnan(v) else None)
             else:
                 counts.append(None if math.isnan(c) else c)
         # (NaN, NaN) is a step without a value; a NaN norm with a count is a NaN gradient
