@@ -110,8 +110,9 @@ def lightning_module():
             self.micro_losses.append(float(loss.detach()))
             return loss
 
-        def configure_optimizers(self):
-            return torch.optim.Adam(self.parameters(), lr=1e-2)
+        def configure_optimizers(self):  # a schedule stepped each epoch: none in the steps config.json watches
+            optimizer = torch.optim.Adam(self.parameters(), lr=1e-2)
+            return [optimizer], [torch.optim.lr_scheduler.StepLR(optimizer, step_size=10, gamma=0.5)]
 
     return pl, Regressor
 
@@ -152,3 +153,4 @@ def test_lightning_one_line_per_optimizer_step_with_the_mean_micro_batch_loss(tm
     assert config["optimizer"]["class"] == "Adam" and config["optimizer"]["param_groups"][0]["lr"] == 1e-2
     # the last micro-batch back-propagates inside the optimizer's closure: still one of the step's backwards
     assert config["accumulation"]["backwards_per_step"] == [accumulation] * 3
+    assert [(s["class"], s["step_size"], s["gamma"]) for s in config["schedulers"]] == [("StepLR", 10, 0.5)]

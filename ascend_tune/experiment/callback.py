@@ -1,17 +1,18 @@
 """The ``experiment=`` feature (on by default): config.json, the settings that change this run's numbers.
 
 At the block's start it reads the loader, the model, the process-wide precision switches, the seed, the
-environment and the LR schedulers of the optimizer passed; during the first step's first forward calls (a forward
-pre-hook on the model, removed after them) autocast and the batches' statistics; at the first step's start the
-initial weights' statistics; at the optimizer's first ``step()`` its settings (the lr the first update used);
-during the first ``steps`` steps the gradient clipping calls (``torch.nn.utils.clip_grad_norm_`` and the like
-wrapped, unwrapped after) and the backwards of each step (``torch.autograd.backward`` wrapped likewise: gradient
-accumulation). With no optimizer passed, the schedulers of the one that stepped are found at the window's end.
-Statistics are computed on the device and come back with no sync (a non-blocking copy and an event, asked at the
-steps after). config.json is written once, when the window is over and they are back (or at the block's end):
-rank 0's in the run folder, every other rank's in its ``rank{R}/`` (ranks can differ: their data shards, a seed or
-a variable set on one node). Nothing runs after that; a section that cannot be read is recorded as unreadable,
-never raised.
+environment and the LR schedulers of the optimizer passed (among what the script's frames hold); during the first
+step's first forward calls (a forward pre-hook on the model, removed after them) autocast and the batches'
+statistics; at the first step's start the initial weights' statistics; at the optimizer's first ``step()`` its
+settings (the lr the first update used); during the first ``steps`` steps the gradient clipping calls
+(``torch.nn.utils.clip_grad_norm_`` and the like wrapped, unwrapped after) and the backwards of each step
+(``torch.autograd.backward`` wrapped likewise: gradient accumulation). Schedulers not found by then (no optimizer
+passed, or made in the block) are looked for at the window's end among what the training loop's frames hold (a
+Trainer's, Lightning's). Statistics are computed on the device and come back with no sync (a non-blocking copy and
+an event, asked at the steps after). config.json is written once, when the window is over and they are back (or at
+the block's end): rank 0's in the run folder, every other rank's in its ``rank{R}/`` (ranks can differ: their data
+shards, a seed or a variable set on one node). Nothing runs after that; a section that cannot be read is recorded
+as unreadable, never raised.
 """
 
 from __future__ import annotations
@@ -100,8 +101,8 @@ class ExperimentCallback(Callback):
         from torch.optim.optimizer import register_optimizer_step_pre_hook
 
         self._passed, self._passed_as = _optimizers_of(ctx.optimizer), ctx.optimizer
-        if self._passed:  # its schedulers exist by now (made before the block): found here, not in a step
-            self.data["schedulers"] = record.section(record.schedulers_of, self._passed)
+        if self._passed:  # its schedulers made before the block: among the script's frames
+            self.data["schedulers"] = record.section(record.schedulers_near, self._passed, sys._getframe(1))
         self._stepping = register_optimizer_step_pre_hook(self._on_optimizer_step)
         self._unpatch.callback(self._stepping.remove)
 
@@ -271,9 +272,9 @@ class ExperimentCallback(Callback):
             precision["autocast"] = self._autocast or {"unreadable": "no forward of the model seen in the step"}
         self.data["clipping"] = dict(self._clipping)
         self.data["accumulation"] = _accumulation(self._per_step)
-        optimizers = _optimizers_of(self._stepped)
-        if optimizers and "schedulers" not in self.data:  # the optimizer was not passed: found now, once
-            self.data["schedulers"] = record.section(record.schedulers_of, optimizers)
+        optimizers = self._passed or _optimizers_of(self._stepped)
+        if optimizers and not self.data.get("schedulers"):  # made in the block, or by a framework: from its frames
+            self.data["schedulers"] = record.section(record.schedulers_near, optimizers, sys._getframe(1))
         data = self.data.get("data")
         if isinstance(data, dict):  # forwards seen in this very step stay out: their step may be being dumped
             data["first_forwards"] = [f for f in self._forwards if isinstance(f, (dict, list))]

@@ -4,9 +4,9 @@ Sections (``ascend-tune compare-config`` compares them, docs/cli.md):
 
 - ``optimizer`` (``optimizers`` by name for several): the class and every param group's hyperparameters (all of
   its keys but the parameters themselves) with its parameter count and size; a scheduler leaves ``initial_lr``;
-- ``schedulers``: each LR scheduler of the optimizer(s) (found by what refers to the optimizer, so one made before
-  the block, by a framework or in a function counts): its class and settings, its schedule function named (a
-  ``functools.partial``'s function and arguments: the HF Trainer's warm-up and length), a chained one's parts;
+- ``schedulers``: each LR scheduler of the optimizer(s) (found among what the running frames hold: the script's, a
+  Trainer's, Lightning's): its class and settings, its schedule function named (a ``functools.partial``'s function
+  and arguments: the HF Trainer's warm-up and length), a chained one's parts;
 - ``clipping``: the ``torch.nn.utils.clip_grad_norm_`` / ``clip_grad_value_`` calls of the first steps;
   ``accumulation``: the backwards of each of the first steps (gradient accumulation); ``grad_scaler``: a
   GradScaler's settings;
@@ -29,7 +29,6 @@ Sections (``ascend-tune compare-config`` compares them, docs/cli.md):
 from __future__ import annotations
 
 import functools
-import gc
 import hashlib
 import importlib.metadata
 import math
@@ -37,6 +36,7 @@ import os
 import platform
 import random
 import sys
+import types
 from typing import Any, Optional
 
 import torch
@@ -98,43 +98,53 @@ SCHEDULER_PROGRESS = ("last_epoch", "best", "num_bad_epochs", "cooldown_counter"
 """A scheduler's attributes that are its progress or its links, not its settings (left out of config.json)."""
 
 
-def schedulers_of(optimizers: list) -> list:
-    """The LR schedulers that drive ``optimizers``: the objects whose ``optimizer`` is one of them, or an optimizer
-    that wraps one (accelerate's ``AcceleratedOptimizer``, which the HF Trainer's schedule holds), with a ``step``
-    and ``base_lrs`` (plateau: ``min_lrs``, chained: ``_schedulers``). Found through what refers to them: one scan
-    of the collector's objects where a scheduler refers to the optimizer itself (~25 ms for 300k objects), once."""
+FRAMES, DEPTH, VISITS = 64, 4, 4000  # how far the scheduler search looks from the running frames
+
+
+def schedulers_near(optimizers: list, frame: Any) -> list:
+    """The LR schedulers that drive ``optimizers`` (or an optimizer wrapping one: accelerate's, which the HF
+    Trainer's schedule holds) among what the running frames hold: the locals of ``frame`` and of up to
+    :data:`FRAMES` callers, and what those hold, :data:`DEPTH` attributes or items deep, at most :data:`VISITS`
+    objects (a script's scheduler, a Trainer's ``lr_scheduler``, Lightning's scheduler configs), never into a
+    tensor or a module. A scheduler is what has an ``optimizer``, a ``step`` and ``base_lrs`` (plateau:
+    ``min_lrs``, chained: ``_schedulers``). Microseconds to a millisecond, once."""
+    wanted = {id(o) for o in optimizers}
     found: list = []
-    targets = list(optimizers)
-    wanted = {id(o) for o in targets}
-    for _ in range(2):  # the optimizers, then what wraps them
-        refs = gc.get_referrers(*targets)
-        wrappers = _take(refs, wanted, found)
-        dicts = [r for r in refs if isinstance(r, dict)]
-        if not found and dicts:  # an object whose __dict__ is materialized refers through it: one more scan
-            wrappers += _take(gc.get_referrers(*dicts), wanted, found)
-        if found or not wrappers:
-            break
-        wanted |= {id(w) for w in wrappers}
-        targets = wrappers
-    # a chained scheduler's parts refer to the optimizer too: they are recorded inside it, not again
+    seen: set = set()
+    level = []
+    while frame is not None and len(level) < FRAMES * 8:
+        level += list(frame.f_locals.values())
+        frame = frame.f_back
+    for _ in range(DEPTH + 1):
+        below = []
+        for obj in level:
+            if id(obj) in seen or len(seen) >= VISITS or isinstance(obj, _OPAQUE) or callable(obj):
+                continue
+            seen.add(id(obj))
+            owner = getattr(obj, "optimizer", None)
+            if (id(owner) in wanted or id(getattr(owner, "optimizer", None)) in wanted) and \
+                    any(hasattr(obj, k) for k in SCHEDULER_MARKS):
+                found.append(obj)
+                continue
+            below += _held(obj)
+        level = below
+    # a chained scheduler's parts drive the optimizer too: they are recorded inside it, not again
     parts = {id(p) for s in found for p in getattr(s, "_schedulers", ())}
     recorded = [scheduler_of(s) for s in found if id(s) not in parts]
-    return sorted(recorded, key=lambda r: (r["class"], repr(r)))  # the collector's order is no setting
+    return sorted(recorded, key=lambda r: (r["class"], repr(r)))  # the order they were met in is no setting
 
 
-def _take(objects: list, wanted: set, found: list) -> list:
-    """Add to ``found`` the schedulers among ``objects`` whose optimizer is ``wanted``; return the optimizers among
-    them that wrap a wanted one."""
-    wrappers = []
-    for obj in objects:
-        if id(getattr(obj, "optimizer", None)) not in wanted or not callable(getattr(obj, "step", None)):
-            continue
-        if any(hasattr(obj, k) for k in SCHEDULER_MARKS):
-            if all(obj is not f for f in found):
-                found.append(obj)
-        elif isinstance(obj, torch.optim.Optimizer) and id(obj) not in wanted:
-            wrappers.append(obj)
-    return wrappers
+_OPAQUE = (str, bytes, int, float, complex, bool, type(None), torch.Tensor, torch.nn.Module, type, types.ModuleType)
+
+
+def _held(obj: Any) -> list:
+    """What ``obj`` holds one level down: a container's items, an object's attributes (the first 64)."""
+    if isinstance(obj, dict):
+        return list(obj.values())[:64]
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return list(obj)[:64]
+    attributes = getattr(obj, "__dict__", None)
+    return list(attributes.values())[:64] if isinstance(attributes, dict) else []
 
 
 def scheduler_of(scheduler: Any) -> dict:
