@@ -244,8 +244,9 @@ def check_config(out: str, steps: int) -> tuple:
     errors = [d["key"] for d in json.loads(printed.getvalue())["differences"] if d["severity"] == "error"]
     autocast = config["precision"]["autocast"]["cuda"]
     weights = len(config["weights"].get("per_parameter", {}))
-    ok = autocast == {"enabled": True, "dtype": "bfloat16"} and weights > 0 and code == 1 and errors == [
-        "precision.cuda_matmul_allow_tf32"]
+    # allow_tf32 and float32_matmul_precision are one switch in torch: setting one sets the other
+    ok = autocast == {"enabled": True, "dtype": "bfloat16"} and weights > 0 and code == 1 and set(errors) == {
+        "precision.cuda_matmul_allow_tf32", "precision.float32_matmul_precision"}
     return ok, (f"autocast cuda {autocast}, {weights} parameters' statistics, first forwards "
                 f"{len(config['data'].get('first_forwards', []))}; compare-config against allow_tf32: exit {code}, "
                 f"errors {errors}")
