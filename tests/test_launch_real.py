@@ -113,9 +113,10 @@ def test_nanogpt_unmodified_under_the_launcher_logs_each_iteration_as_the_two_li
     assert config["clipping"] == {"clip_grad_norm_": {"max_norm": 1.0}}
     assert config["randomness"]["torch_initial_seed"] == 1337
     compared = bare([sys.executable, "-m", "ascend_tune", "compare-config", str(two), str(run), "--json"], cwd=root)
-    errors = [d["key"] for d in json.loads(compared.stdout)["differences"] if d["severity"] == "error"]
-    # the launcher opens its block inside the first forward: its batches' statistics are the second forward's
-    assert errors == ["data.first_forwards"], compared.stdout
+    # the same experiment under the launcher as with the two lines (it opens its block inside the first forward,
+    # whose arguments the recording still sees)
+    differences = json.loads(compared.stdout)["differences"]
+    assert compared.returncode == 0 and not [d for d in differences if d["severity"] == "error"], compared.stdout
 
     # the step-0 dump names the model's own modules (GPT is the root, left out as msprobe does)
     dump = json.loads((run / "dump" / "step0" / "rank0" / "dump.json").read_text())

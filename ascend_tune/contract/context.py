@@ -50,6 +50,8 @@ class RunContext:
         loader, scaler: the ``train_loader`` and the GradScaler passed to the monitor, or None.
         batches: the sample indices of the batches the passed loader hands out
             (:class:`~ascend_tune.runtime.capture.BatchIndices`, off until a feature starts it), or None.
+        forward_seen: the arguments of the models' forward call under way when the block opened (the launcher opens
+            it inside the first step's first forward, whose hooks have already run), or None.
     """
 
     run_dir: RunDir
@@ -65,6 +67,7 @@ class RunContext:
     batches: Any = None
     loader: Any = None  # the train_loader passed to the monitor, or None
     scaler: Any = None  # the GradScaler passed to the monitor, or None
+    forward_seen: Any = None  # the args of a forward under way at the block's start (the launcher's), or None
 
     @property
     def log_dir(self) -> str:

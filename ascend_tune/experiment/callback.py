@@ -2,17 +2,17 @@
 
 At the block's start it reads the loader, the model, the process-wide precision switches, the seed, the
 environment and the LR schedulers of the optimizer passed (among what the script's frames hold); during the first
-step's first forward calls (a forward pre-hook on the model, removed after them) autocast and the batches'
-statistics; at the first step's start the initial weights' statistics; at the optimizer's first ``step()`` its
-settings (the lr the first update used); during the first ``steps`` steps the gradient clipping calls
-(``torch.nn.utils.clip_grad_norm_`` and the like wrapped, unwrapped after) and the backwards of each step
-(``torch.autograd.backward`` wrapped likewise: gradient accumulation). Schedulers not found by then (no optimizer
-passed, or made in the block) are looked for at the window's end among what the training loop's frames hold (a
-Trainer's, Lightning's). Statistics are computed on the device and come back with no sync (a non-blocking copy and
-an event, asked at the steps after). config.json is written once, when the window is over and they are back (or at
-the block's end): rank 0's in the run folder, every other rank's in its ``rank{R}/`` (ranks can differ: their data
-shards, a seed or a variable set on one node). Nothing runs after that; a section that cannot be read is recorded
-as unreadable, never raised.
+step's first training forward calls (with gradients on; a forward pre-hook on the model, removed after them)
+autocast and the batches' statistics; at the first step's start the initial weights' statistics; at the
+optimizer's first ``step()`` its settings (the lr the first update used); during the first ``steps`` steps the
+gradient clipping calls (``torch.nn.utils.clip_grad_norm_`` and the like wrapped, unwrapped after) and the
+backwards of each step (``torch.autograd.backward`` wrapped likewise: gradient accumulation). Schedulers not found
+by then (no optimizer passed, or made in the block) are looked for at the window's end among what the training
+loop's frames hold (a Trainer's, Lightning's). Statistics are computed on the device and come back with no sync (a
+non-blocking copy and an event, asked at the steps after). config.json is written once, when the window is over
+and they are back (or at the block's end): rank 0's in the run folder, every other rank's in its ``rank{R}/``
+(ranks can differ: their data shards, a seed or a variable set on one node). Nothing runs after that; a section
+that cannot be read is recorded as unreadable, never raised.
 """
 
 from __future__ import annotations
@@ -92,6 +92,8 @@ class ExperimentCallback(Callback):
             self._model = ctx.models[0]
             self._hook = self._model.register_forward_pre_hook(Detachable(self._on_forward))
             stack.callback(self._remove_hook)
+            if ctx.forward_seen is not None:  # the launcher opened the block inside this forward: it is the first
+                self._on_forward(self._model, ctx.forward_seen)
         self._unpatch = contextlib.ExitStack()
         stack.callback(self._unpatch.close)
         self._patch_clipping(stack)
@@ -138,6 +140,8 @@ class ExperimentCallback(Callback):
         return {"config_json": self._written} if self._written else None
 
     def _on_forward(self, module: Any, args: tuple) -> None:
+        if not torch.is_grad_enabled():  # an evaluation inside the block (nanoGPT's at iteration 0): not a batch
+            return                       # the step trains on, nor its precision (the launcher skips them too)
         if self._autocast is None:
             self._autocast = record.section(record.autocast_now)
         if len(self._forwards) < self.config.batches:

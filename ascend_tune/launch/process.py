@@ -84,13 +84,13 @@ def _torch_imported() -> None:
 
 def _on_forward(module: Any, args: Any) -> None:
     try:
-        _watch_forward(module)
+        _watch_forward(module, args)
     except Exception as exc:  # a hook of ours never raises into the script's forward
         _stop_watching_forwards()
         _say(f"stopped watching module calls ({type(exc).__name__}: {exc})", once="forward watch")
 
 
-def _watch_forward(module: Any) -> None:
+def _watch_forward(module: Any, args: Any) -> None:
     import torch
 
     monitor = _state["monitor"]
@@ -103,7 +103,7 @@ def _watch_forward(module: Any) -> None:
         return
     with _lock:
         if _state["monitor"] is None:
-            _contained(_open, module)
+            _contained(_open, module, args)
             if _state["monitor"] is None:  # the script's own block, or a monitor that could not open: done here
                 _stop_watching_forwards()
                 return
@@ -150,7 +150,7 @@ def _stop_watching_forwards() -> None:
     _state["inside"] = set()
 
 
-def _open(model: Any) -> None:
+def _open(model: Any, args: Any = ()) -> None:
     from ..runtime.monitor import _OPEN, TrainingMonitor
 
     if _OPEN:
@@ -163,6 +163,7 @@ def _open(model: Any) -> None:
     monitor = TrainingMonitor(model, None, None, log_dir=options.log_dir, log_every=options.log_every,
                               warmup_steps=options.warmup_steps, seed=options.seed, quiet=options.quiet)
     monitor.gives_way = True
+    monitor.forward_seen = args  # the forward under way: its pre-hooks ran before the block's features existed
     monitor.__enter__()
     _state["monitor"], _state["pid"] = monitor, os.getpid()
     _stop_counting_steps()

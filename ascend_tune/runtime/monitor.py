@@ -119,7 +119,7 @@ class TrainingMonitor:
         self.device: Optional[device.DeviceInfo] = None
         self.epoch = 0
         self._stack: Optional[contextlib.ExitStack] = None
-        self.gives_way, self.models_seen = False, []  # the launcher's: see ascend_tune.launch.process
+        self.gives_way, self.models_seen, self.forward_seen = False, [], None  # the launcher's: launch.process
 
     # --- the block ------------------------------------------------------------------------------------------
 
@@ -332,7 +332,7 @@ class TrainingMonitor:
     def _context(self, features: dict) -> RunContext:
         return RunContext(
             run_dir=self.run_dir, rank=self.rank, world_size=self.world_size, start_step=self.start_step,
-            device=self.device, models=self._models,
+            device=self.device, models=self._models, forward_seen=self.forward_seen,
             optimizer=self.optimizer, events=self._events, features=MappingProxyType(features),
             outputs=self._outputs, batches=self._batches, loader=self.train_loader, scaler=self.scaler,
         )
