@@ -8,7 +8,9 @@ within :data:`STATISTICS_RTOL` (two devices compute their statistics in other or
 with a counterpart on the other device (:data:`COUNTERPARTS`: ``NCCL_DETERMINISTIC`` and ``HCCL_DETERMINISTIC``)
 is compared by meaning: the same value under the two names is the same setting (``info``), set on one side only a
 difference. A run of several ranks is compared rank by rank: rank 0 first, then each other rank's differences that
-rank 0 does not already show, as ``ranks.R.<key>`` (a seed or a variable set on one node only). Standard library
+rank 0 does not already show, as ``ranks.R.<key>`` (a seed or a variable set on one node only). Against another
+engine's file (msprobe's config_check pack, :mod:`.msprobe_pack`) only what both record is compared, the rest
+named once (``sections``, info). Standard library
 only.
 """
 
