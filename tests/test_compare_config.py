@@ -287,3 +287,16 @@ def test_msprobe_config_check_packs_compare_with_each_other_and_with_a_run_both_
     done = subprocess.run([sys.executable, "-m", "ascend_tune", "compare-config", str(broken), str(same / "run")],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "config_check pack" in done.stderr
+
+
+def test_a_library_built_for_each_device_is_one_release():
+    from ascend_tune.analysis.experiment.compare import compare_configs
+
+    def config(torch_version):
+        return {"format": 1, "environment": {"versions": {"torch": torch_version}}}
+
+    same = compare_configs(config("2.1.0+cu121"), config("2.1.0"))  # the GPU's CUDA build, the NPU side's CPU one
+    assert same.same_experiment and [(d.key, d.severity) for d in same.differences] == [
+        ("environment.versions.torch", "info")]
+    other = compare_configs(config("2.1.0+cu121"), config("2.2.0+cu121"))
+    assert [(d.key, d.severity) for d in other.differences] == [("environment.versions.torch", "warning")]

@@ -55,6 +55,7 @@ NOTES = {"randomness.numpy_random_state": "numpy's global random state: " + _STA
          "randomness.python_random_state": "Python's random state: " + _STATE}
 SAME_MEANING = ("visible devices",)  # which devices a run sees never changes its numbers
 _ENV = "environment.variables."
+_VERSIONS = "environment.versions."
 PORT_PRECISION = "precision.autocast"
 
 
@@ -154,8 +155,17 @@ def _differences(base: dict, target: dict, both_only: bool = False) -> list:
         if both_only and any(v is _MISSING or v is None for v in (b, t)):
             continue
         if not _same(b, t):
+            if _same_release(key, b, t):  # 2.1.0+cu121 against 2.1.0+cpu: each device's build of one release
+                found.append(Difference(key, b, t, "info", "one release, each device's own build"))
+                continue
             found.append(Difference(key, _shown(b), _shown(t), severity(key), NOTES.get(key, "")))
     return found
+
+
+def _same_release(key: str, b: Any, t: Any) -> bool:
+    """A library version that differs only in its local part (``+cu121``, ``+cpu``)."""
+    return key.startswith(_VERSIONS) and isinstance(b, str) and isinstance(t, str) and \
+        b.split("+", 1)[0] == t.split("+", 1)[0]
 
 
 def severity(key: str) -> str:
