@@ -4,6 +4,7 @@ compare-config` names the settings two runs differ in: one thing changed, one to
 from __future__ import annotations
 
 import functools
+import importlib.util
 import json
 import os
 import subprocess
@@ -250,7 +251,8 @@ PACK_SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "config_check_p
 
 
 def test_msprobe_config_check_packs_compare_with_each_other_and_with_a_run_both_ways(tmp_path):
-    pytest.importorskip("msprobe.core.config_check.config_checker")
+    if importlib.util.find_spec("msprobe") is None:  # never imported here: msprobe patches torch for good
+        pytest.skip("mindstudio-probe is not installed (the msprobe extra)")
 
     def make(name, seed, how):
         out = tmp_path / name

@@ -156,29 +156,29 @@ def runs(tmp_path_factory):
         torch.set_num_threads(threads)
 
 
-def _side_by_side(root, names: tuple) -> dict:
-    """The GPT run of each name made at the same time, one process each: on a shared machine the load changes from
-    one minute to the next, and identical code run one after the other is up to 50% apart (like with like: both
-    runs see the same load)."""
+def _side_by_side(root, runs: dict) -> dict:
+    """The run of each name (``make_run``'s further arguments, as text) made at the same time, one process each: on
+    a shared machine the load changes from one minute to the next, and identical code run one after the other is up
+    to 50% apart (like with like: both runs see the same load)."""
     code = "import sys, torch; torch.set_num_threads(1); import test_trace_compare as t; t.make_run(*sys.argv[1:])"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, (os.path.dirname(__file__),
                                                                     os.environ.get("PYTHONPATH")))))
-    procs = [subprocess.Popen([sys.executable, "-c", code, str(root), name], env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE, text=True) for name in names]
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(root), name, *extra], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+             for name, extra in runs.items()]
     for proc in procs:
         _, err = proc.communicate(timeout=600)
         assert proc.returncode == 0, err[-2000:]
-    return {name: os.path.join(root, name) for name in names}
+    return {name: os.path.join(root, name) for name in runs}
 
 
 def _make_runs(root) -> dict:
-    made = _side_by_side(root, ("base", "same"))
+    made = _side_by_side(root, {"base": (), "same": ()})
     for slow in ("module", "sync", "data"):
         made[slow] = make_run(root, slow, slow=slow)
     # many parameter tensors: the per-parameter loop of an unfused optimizer against one fused kernel
-    if FUSED_CPU:
-        made["deep"] = make_run(root, "deep", model="tensors")
-        made["optimizer"] = make_run(root, "optimizer", model="tensors", optimizer="foreach_false")
+    if FUSED_CPU:  # side by side too: the optimizer's gap is judged against the two runs' own noise
+        made.update(_side_by_side(root, {"deep": ("tensors",), "optimizer": ("tensors", "", "foreach_false")}))
     made["cnn_base"] = make_run(root, "cnn_base", model="cnn")
     made["cnn_module"] = make_run(root, "cnn_module", model="cnn", slow="module")
     return made
