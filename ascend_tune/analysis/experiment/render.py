@@ -7,7 +7,8 @@ import json
 
 from .compare import PORT_PRECISION, SEVERITIES, ConfigComparison
 
-HEADINGS = {"error": "change the numbers", "warning": "may change them", "info": "natural between two devices"}
+HEADINGS = {"error": "change the numbers", "warning": "may change them",
+            "info": "natural between two devices, or not counted"}
 
 
 def lines(result: ConfigComparison, show_info: bool = True) -> list:
