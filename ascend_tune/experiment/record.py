@@ -121,12 +121,14 @@ def schedulers_near(optimizers: list, frame: Any) -> list:
             if id(obj) in seen or len(seen) >= VISITS or isinstance(obj, _OPAQUE) or callable(obj):
                 continue
             seen.add(id(obj))
-            owner = getattr(obj, "optimizer", None)
-            if (id(owner) in wanted or id(getattr(owner, "optimizer", None)) in wanted) and \
-                    any(hasattr(obj, k) for k in SCHEDULER_MARKS):
+            # the instance's own attributes only: a property of a user's object is never run by this walk
+            attributes = _attributes(obj)
+            owner = attributes.get("optimizer")
+            if (id(owner) in wanted or id(_attributes(owner).get("optimizer")) in wanted) and \
+                    any(k in attributes for k in SCHEDULER_MARKS):
                 found.append(obj)
                 continue
-            below += _held(obj)
+            below += _held(obj, attributes)
         level = below
     # a chained scheduler's parts drive the optimizer too: they are recorded inside it, not again
     parts = {id(p) for s in found for p in getattr(s, "_schedulers", ())}
@@ -137,14 +139,22 @@ def schedulers_near(optimizers: list, frame: Any) -> list:
 _OPAQUE = (str, bytes, int, float, complex, bool, type(None), torch.Tensor, torch.nn.Module, type, types.ModuleType)
 
 
-def _held(obj: Any) -> list:
+def _attributes(obj: Any) -> dict:
+    """``obj``'s instance ``__dict__`` (empty where it has none)."""
+    try:
+        found = object.__getattribute__(obj, "__dict__")
+    except AttributeError:
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def _held(obj: Any, attributes: dict) -> list:
     """What ``obj`` holds one level down: a container's items, an object's attributes (the first 64)."""
     if isinstance(obj, dict):
         return list(obj.values())[:64]
     if isinstance(obj, (list, tuple, set, frozenset)):
         return list(obj)[:64]
-    attributes = getattr(obj, "__dict__", None)
-    return list(attributes.values())[:64] if isinstance(attributes, dict) else []
+    return list(attributes.values())[:64]
 
 
 def scheduler_of(scheduler: Any) -> dict:
