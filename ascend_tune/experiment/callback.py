@@ -30,7 +30,7 @@ from .._version import __version__
 from ..contract.callbacks import STEPS_DONE, Callback
 from ..formats.config_json import FORMAT
 from ..formats.run_dir import CONFIG_JSON, rank_dir_name
-from ..recording.frames import internal
+from ..recording.frames import in_internal, internal
 from ..recording.modules import Detachable, unwrapped
 from . import record
 from .config import ExperimentConfig
@@ -228,7 +228,8 @@ class ExperimentCallback(Callback):
 
         def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
             depth = getattr(_local, "depth", 0)
-            if self._written is None and not depth:  # the outermost (reentrant checkpointing nests backwards)
+            # the outermost (reentrant checkpointing nests backwards), and the user's: not our own work's
+            if self._written is None and not depth and not in_internal():
                 try:
                     if isinstance(tensors, (list, tuple)) and len(tensors) == 1:
                         tensors = tensors[0]
