@@ -442,3 +442,38 @@ def test_event_records_are_told_apart_from_step_records_and_readers_skip_them(se
     assert all("loss" in r and "window_steps" in r for r in steps)  # ... but only step records have these
     log = read_loss_log(str(tmp_path / "metrics.jsonl"))
     assert list(log.steps) == list(range(8)) and log.events == len(events)  # one record per step, no duplicate
+
+
+def test_a_step_that_writes_no_line_runs_a_handful_of_our_calls(tmp_path):
+    """The per-step path's shape (issue #34): past config.json's window, a step that writes no line calls one
+    function of ours per event it sees (the batch, the backward, the step's two hooks), a few inside them, and no
+    feature at all; counted, not timed, so it holds on a loaded machine."""
+    import ascend_tune
+
+    package = os.path.dirname(ascend_tune.__file__)
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    loader = DataLoader(torch.utils.data.TensorDataset(torch.randn(400, 4), torch.randint(0, 2, (400,))),
+                        batch_size=2)
+    ours: dict = {}
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code.co_filename.startswith(package):
+            name = f"{os.path.relpath(frame.f_code.co_filename, package)}:{frame.f_code.co_name}"
+            ours[name] = ours.get(name, 0) + 1
+
+    with TrainingMonitor(model, optimizer, loader, log_dir=tmp_path, log_every=1000, quiet=True, tune=False):
+        for i, (x, y) in enumerate(loader):
+            if i == 50:
+                sys.setprofile(profile)
+            loss = F.cross_entropy(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            if i == 149:
+                sys.setprofile(None)  # the batch of step 50 through the step of 149: 100 whole steps
+        sys.setprofile(None)
+    per_step = {name: count / 100 for name, count in ours.items()}
+    assert sum(per_step.values()) <= 12, per_step  # 24.9 before issue #34
+    assert not [name for name in per_step if not name.startswith("runtime/")], per_step  # no feature's

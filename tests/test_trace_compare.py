@@ -172,20 +172,48 @@ def _side_by_side(root, runs: dict) -> dict:
     return {name: os.path.join(root, name) for name in runs}
 
 
+# each injected slowdown's pair: (the base run's make_run arguments, the slowed run's)
+PAIRS = {
+    "module": ((), ("gpt", "module")),
+    "sync": ((), ("gpt", "sync")),
+    "data": ((), ("gpt", "data")),
+    # many parameter tensors: the per-parameter loop of an unfused optimizer against one fused kernel
+    "optimizer": (("tensors",), ("tensors", "", "foreach_false")),
+}
+
+
 def _make_runs(root) -> dict:
     made = _side_by_side(root, {"base": (), "same": ()})
     for slow in ("module", "sync", "data"):
         made[slow] = make_run(root, slow, slow=slow)
-    # many parameter tensors: the per-parameter loop of an unfused optimizer against one fused kernel
     if FUSED_CPU:  # side by side too: the optimizer's gap is judged against the two runs' own noise
-        made.update(_side_by_side(root, {"deep": ("tensors",), "optimizer": ("tensors", "", "foreach_false")}))
+        made.update(_side_by_side(root, {"deep": PAIRS["optimizer"][0], "optimizer": PAIRS["optimizer"][1]}))
     made["cnn_base"] = make_run(root, "cnn_base", model="cnn")
     made["cnn_module"] = make_run(root, "cnn_module", model="cnn", slow="module")
+    made["root"] = root
     return made
 
 
 # one comparison per pair of runs, shared by the tests that read it (an optimizer trace takes ~30 s to compare here)
 compared = functools.lru_cache(maxsize=None)(compare_traces)
+
+
+@functools.cache
+def _measured(runs_root: str, base: str, target: str, slow: str):
+    """The comparison of an injected slowdown's pair, made once more, side by side, when the first pair's steps
+    scattered by more than its gap: a loaded minute on a shared 2-core machine can (seen: noise +-168 ms on a
+    +160 ms gap, +-78 ms on +71 ms, with three test suites running), and "no slowdown beyond noise" is then the
+    right answer. The tests are about a pair whose gap can be measured; a wrong analysis fails on both pairs."""
+    result = compared(base, target)
+    if result.slower:
+        return result
+    os.makedirs(os.path.join(runs_root, "again"), exist_ok=True)
+    again = _side_by_side(os.path.join(runs_root, "again"), {f"{slow}-base": PAIRS[slow][0], slow: PAIRS[slow][1]})
+    return compared(again[f"{slow}-base"], again[slow])
+
+
+def _pair(runs: dict, slow: str):
+    return _measured(str(runs["root"]), runs["deep" if slow == "optimizer" else "base"], runs[slow], slow)
 
 
 def _assert_adds_up(result) -> None:
@@ -205,7 +233,7 @@ def _assert_adds_up(result) -> None:
     ("data", "kind", "data loading"),
 ])
 def test_the_injected_slowdown_is_the_top_row_of_its_level(runs, slow, level, name):
-    result = compared(runs["deep" if slow == "optimizer" else "base"], runs[slow])
+    result = _pair(runs, slow)
     assert result.slower, result.verdict()
     top = result.top_of(level)
     assert top.name == name and top.beyond_noise, result.level_rows(level)[:4]
@@ -215,7 +243,7 @@ def test_the_injected_slowdown_is_the_top_row_of_its_level(runs, slow, level, na
 @pytest.mark.parametrize("slow, rule", [pytest.param("optimizer", "unfused-optimizer", marks=NO_FUSED),
                                         ("sync", "host-sync")])
 def test_the_top_contributor_line_names_the_advisor_fix(runs, slow, rule):
-    result = compared(runs["deep" if slow == "optimizer" else "base"], runs[slow])
+    result = _pair(runs, slow)
     assert result.top is not None and result.top.level == "kind"
     assert rule in result.next_action, result.top_line()
     assert result.top_line().count("\n") == 0 and "Next:" in result.top_line()

@@ -6,7 +6,9 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable
 
-_local = threading.local()
+# this thread's marks: ``internal``, the depth of internal() blocks (the backward patch reads it inline: it runs on
+# every backward, where a call to in_internal() costs more than the read)
+THREAD_MARKS = threading.local()
 
 
 class _Internal:
@@ -14,10 +16,10 @@ class _Internal:
     __slots__ = ()
 
     def __enter__(self) -> None:
-        _local.internal = getattr(_local, "internal", 0) + 1
+        THREAD_MARKS.internal = getattr(THREAD_MARKS, "internal", 0) + 1
 
     def __exit__(self, *exc: Any) -> None:
-        _local.internal -= 1
+        THREAD_MARKS.internal -= 1
 
 
 _INTERNAL = _Internal()
@@ -30,7 +32,7 @@ def internal() -> _Internal:
 
 def in_internal() -> bool:
     """True while ascend_tune's own tensor work runs on this thread."""
-    return getattr(_local, "internal", 0) > 0
+    return getattr(THREAD_MARKS, "internal", 0) > 0
 
 
 # the code objects of functions that make a torch call on the user's behalf (a recorder's call_api); a function mode

@@ -16,37 +16,51 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from ..recording.frames import in_internal
+from ..recording.frames import THREAD_MARKS
 from .batch_indices import BatchIndices
+from .host_times import HostTimes
 
 _local = threading.local()  # the backward patch's nesting depth
 logger = logging.getLogger("ascend_tune")
 
 
 def patch_backward(
-    stack: contextlib.ExitStack, on_loss: Callable[[torch.Tensor], None], on_done: Callable[[], None]
+    stack: contextlib.ExitStack, on_loss: Callable[[torch.Tensor], bool], on_done: Callable[[], None],
+    host: HostTimes,
 ) -> None:
-    """Report every scalar tensor back-propagated through ``torch.autograd.backward``, and when its backward ends.
+    """Report every scalar tensor back-propagated through ``torch.autograd.backward`` (``on_loss(loss)``), and,
+    when ``on_loss`` returned True, when its backward ends (``on_done()``); add the host seconds the call took after
+    ``on_loss`` returned to ``host.backward``.
 
     ``Tensor.backward`` calls ``torch.autograd.backward`` through the module attribute, so this one patch sees both
     spellings. Only a scalar is a loss (pipeline stages back-propagate activations with a ``gradient``), and only
-    the outermost call counts (reentrant checkpointing calls backward from inside backward).
+    the outermost call counts (reentrant checkpointing calls backward from inside backward). It runs on every
+    backward, so the usual case (``loss.backward()``, not inside our own work) calls nothing but the two reports.
     """
     original = torch.autograd.backward
+    clock = time.perf_counter
 
     @functools.wraps(original)
     def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
         depth = getattr(_local, "depth", 0)
-        loss = None if depth or in_internal() else _scalar(tensors)
+        if depth or getattr(THREAD_MARKS, "internal", 0):  # reentrant, or our own work (in_internal(), inline)
+            loss = None
+        elif type(tensors) is torch.Tensor:
+            loss = tensors if tensors.numel() == 1 else None
+        else:
+            loss = _scalar(tensors)
         if loss is not None:
-            on_loss(loss)
+            wants_done = on_loss(loss)
+            began = clock()
         _local.depth = depth + 1
         try:
             result = original(tensors, *args, **kwargs)
         finally:
             _local.depth = depth
         if loss is not None:
-            on_done()
+            host.backward += clock() - began
+            if wants_done:
+                on_done()
         return result
 
     torch.autograd.backward = backward
@@ -66,19 +80,19 @@ def _scalar(tensors: Any) -> Optional[torch.Tensor]:
 def hook_optimizer(
     stack: contextlib.ExitStack,
     optimizer: torch.optim.Optimizer,
-    on_pre: Callable[[Any], None],
+    on_pre: Callable[[Any, Any, Any], None],
     on_post: Callable[[Any, Any, Any], None],
 ) -> None:
-    """Call ``on_pre(optimizer)`` before each ``optimizer.step()`` and ``on_post(opt, args, kwargs)`` after every
-    optimizer's (a GAN's second one tells where its backwards' loss went), through torch's official step hooks: an
-    instance pre-hook and one global post-hook, the step's one call of ours after it. (Every optimizer's steps, for
-    loops whose optimizer is not given: :mod:`.optimizer_watch`.)
+    """Call ``on_pre(optimizer, args, kwargs)`` before each ``optimizer.step()`` and ``on_post(opt, args, kwargs)``
+    after every optimizer's (a GAN's second one tells where its backwards' loss went), through torch's official step
+    hooks: an instance pre-hook and one global post-hook, each the step's one call of ours on its side. (Every
+    optimizer's steps, for loops whose optimizer is not given: :mod:`.optimizer_watch`.)
 
     ``optimizer.step`` may already be wrapped by an LR scheduler or a profiler; the hooks see the real step.
     """
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
-    pre = optimizer.register_step_pre_hook(lambda opt, args, kwargs: on_pre(opt))
+    pre = optimizer.register_step_pre_hook(on_pre)
     stack.callback(pre.remove)
     stack.callback(register_optimizer_step_post_hook(on_post).remove)
 
@@ -173,29 +187,28 @@ class EpochTracker:
         return epoch
 
 
-def iterate_marked(iterator: Iterator, on_batch: Callable[[Any], None],
-                   on_wait: Optional[Callable[[float], None]] = None,
+def iterate_marked(iterator: Iterator, on_batch: Callable[[Any, float], None],
                    indices: Optional[BatchIndices] = None) -> Iterator:
-    """Yield from ``iterator``, reporting each batch as it is handed to the training loop (and, to ``on_wait``,
-    the host seconds the loop waited for it)."""
+    """Yield from ``iterator``, reporting each batch as it is handed to the training loop, with the host seconds
+    the loop waited for it: ``on_batch(batch, seconds)``, one call a batch."""
     iterator = iter(iterator)
+    clock = time.perf_counter
     while True:
-        began = time.perf_counter()
+        began = clock()
         try:
             batch = next(iterator)
         except StopIteration:
             return
-        if on_wait is not None:
-            on_wait(time.perf_counter() - began)
+        waited = clock() - began
         if indices is not None and indices.on:
             indices.handed_out()
-        on_batch(batch)
+        on_batch(batch, waited)
         yield batch
 
 
 def _recording_index_sampler(self: Any) -> Any:
     sampler = super(type(self), self)._index_sampler
-    indices = self.__dict__["_ascend_tune_marks"][4]
+    indices = self.__dict__["_ascend_tune_marks"][3]
     if indices is None or not indices.on or not getattr(self, "in_order", True):
         return sampler
     return indices.recording(sampler)
@@ -208,8 +221,7 @@ def wrap_loader(
     stack: contextlib.ExitStack,
     loader: Any,
     on_pass: Callable[[int], None],
-    on_batch: Callable[[Any], None],
-    on_wait: Optional[Callable[[float], None]] = None,
+    on_batch: Callable[[Any, float], None],
     begun: bool = False,
     indices: Optional[BatchIndices] = None,
 ) -> bool:
@@ -240,19 +252,19 @@ def wrap_loader(
     tracker = EpochTracker()
     if begun:
         tracker.begun(loader)
-    object.__setattr__(loader, "_ascend_tune_marks", (tracker, on_pass, on_batch, on_wait, indices))
+    object.__setattr__(loader, "_ascend_tune_marks", (tracker, on_pass, on_batch, indices))
     stack.callback(_unwrap, loader, original)
     return True
 
 
 def _marked_iter(self: Any) -> Iterator:
-    tracker, on_pass, on_batch, on_wait, indices = self.__dict__["_ascend_tune_marks"]
+    tracker, on_pass, on_batch, indices = self.__dict__["_ascend_tune_marks"]
     on_pass(tracker.begin_pass(self))
     # torch names only __next__ in a trace; starting a pass (worker start-up, the sampler's seed read with .item())
     # is loader work too, named the same way so the advisor counts it as the loader's, not as a host sync of the step
     with torch.profiler.record_function(f"enumerate(DataLoader)#{type(self).__name__}.__iter__"):
         iterator = super(type(self), self).__iter__()
-    return iterate_marked(iterator, on_batch, on_wait, indices)
+    return iterate_marked(iterator, on_batch, indices)
 
 
 def _unwrap(loader: Any, original: type) -> None:
@@ -277,16 +289,15 @@ def batch_size(batch: Any) -> Optional[int]:
 class MarkedLoader:
     """What ``mon.loader(dl)`` returns: iterates ``dl`` with each batch marked as a step boundary."""
 
-    def __init__(self, loader: Iterable, on_pass: Any, on_batch: Any, on_wait: Any = None):
+    def __init__(self, loader: Iterable, on_pass: Any, on_batch: Any):
         self._loader = loader
-        self._on_wait = on_wait
         self._on_pass = on_pass
         self._on_batch = on_batch
         self._epochs = EpochTracker()
 
     def __iter__(self) -> Iterator:
         self._on_pass(self._epochs.begin_pass(self._loader))
-        return iterate_marked(iter(self._loader), self._on_batch, self._on_wait)
+        return iterate_marked(iter(self._loader), self._on_batch)
 
     def __len__(self) -> int:
         return len(self._loader)  # type: ignore[arg-type]

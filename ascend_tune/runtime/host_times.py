@@ -12,31 +12,15 @@
 
 from __future__ import annotations
 
-import time
-from typing import Optional
-
 
 class HostTimes:
     """Sums of host seconds since the last :meth:`take`."""
 
-    __slots__ = ("data", "backward", "_backward_from")
+    __slots__ = ("data", "backward")
 
     def __init__(self) -> None:
-        self.data = 0.0
-        self.backward = 0.0
-        self._backward_from: Optional[float] = None
-
-    def add_data(self, seconds: float) -> None:
-        """Time the loop waited in the loader's ``next``."""
-        self.data += seconds
-
-    def backward_begins(self) -> None:
-        self._backward_from = time.perf_counter()
-
-    def backward_ends(self) -> None:
-        if self._backward_from is not None:
-            self.backward += time.perf_counter() - self._backward_from
-            self._backward_from = None
+        self.data = 0.0  # seconds the loop waited in the loader's ``next`` (added by the step path's batch call)
+        self.backward = 0.0  # seconds inside the loss's ``backward()`` (added at its end)
 
     def take(self) -> dict:
         """The sums (metrics.jsonl's ``host_s``), reset."""

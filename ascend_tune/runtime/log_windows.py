@@ -18,7 +18,6 @@ import torch
 from .. import device
 from . import step_clock
 from .host_times import HostTimes
-from .steps import optimizer_loss_tensors, optimizer_losses
 
 
 class LogWindows:
@@ -92,3 +91,24 @@ def _joined(losses: list, extra: Any) -> Any:
     dtype = torch.float64 if dev.type == "cpu" else torch.float32
     stacked = torch.stack([t.to(dev, dtype) for t in losses])
     return stacked if extra is None else torch.cat([stacked, extra.reshape(-1).to(dtype)])
+
+
+def optimizer_loss_tensors(entries: list) -> tuple:
+    """Several optimizers stepping: (the optimizer name of each loss of ``entries``, in order; their losses, 0-d
+    tensors still on the device), read back with the window's own losses in one transfer; ([], []) otherwise."""
+    names, tensors = [], []
+    for entry in entries:
+        for name, loss in (entry.losses or {}).items():
+            if loss is not None:
+                names.append(name)
+                tensors.append(loss.detach().reshape(()))
+    return names, tensors
+
+
+def optimizer_losses(names: list, values: list) -> dict:
+    """``{"losses": each optimizer's mean loss over a window's steps}`` from the names of
+    :func:`optimizer_loss_tensors` and their values read back, or ``{}``."""
+    per: dict = {}
+    for name, value in zip(names, values):
+        per.setdefault(name, []).append(value)
+    return {"losses": {name: sum(v) / len(v) for name, v in per.items()}} if per else {}

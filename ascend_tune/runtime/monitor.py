@@ -134,10 +134,10 @@ class TrainingMonitor:
             self._reset_state()
             if self.rank == 0 or self.world_size > 1:
                 self._open_outputs(stack)
-            capture.patch_backward(stack, self._on_backward, self._on_backward_done)
+            capture.patch_backward(stack, self._on_backward, self._on_backward_done, self._host)
             capture.patch_grad_scaler(stack, self._on_scale, self._on_scaler_step, extra=self.scaler)
             if self.optimizer is not None:
-                capture.hook_optimizer(stack, self.optimizer, self._tracker.optimizer_pre,
+                capture.hook_optimizer(stack, self.optimizer, self._tracker.step_pre_hook,
                                        self._tracker.optimizer_post)
             else:  # the optimizer that steps the model's parameters, also one created inside the block
                 self._watch = OptimizerWatch(self._tracker, self._models, self._events.warn)
@@ -148,7 +148,7 @@ class TrainingMonitor:
             self._callbacks = CallbackSet(built, self.callbacks, self._events.warn)
             self._callbacks.enter(self._ctx, stack)
             if self.train_loader is not None:
-                if capture.wrap_loader(stack, self.train_loader, self._on_pass, self._on_batch, self._host.add_data,
+                if capture.wrap_loader(stack, self.train_loader, self._on_pass, self._on_batch,
                                        indices=self._batches):
                     self._tracker.count_batches()
                 else:
@@ -183,8 +183,7 @@ class TrainingMonitor:
         """Mark ``loader``'s batches from its next pass on (the launcher found it mid-pass); False if it cannot be."""
         self._require_active("adopt_loader")
         on_pass = lambda epoch: (self._tracker.count_batches(), self._on_pass(epoch))  # noqa: E731
-        return capture.wrap_loader(self._stack, loader, on_pass, self._on_batch, self._host.add_data, begun=True,
-                                   indices=self._batches)
+        return capture.wrap_loader(self._stack, loader, on_pass, self._on_batch, begun=True, indices=self._batches)
 
     def close(self, interrupted_by: Optional[str] = None, exc_type: Any = None, gather: bool = True) -> None:
         """The block's end (``__exit__``, SIGTERM, the launcher); never raises. ``gather=False``: no ranks' summary."""
@@ -233,7 +232,7 @@ class TrainingMonitor:
         """Iterate ``loader`` with its batches marked (for loaders not passed to the constructor)."""
         self._require_active("loader")
         self._tracker.count_batches()
-        return capture.MarkedLoader(loader, self._on_pass, self._on_batch, self._host.add_data)
+        return capture.MarkedLoader(loader, self._on_pass, self._on_batch)
 
     def record_event(self, kind: str, **fields: Any) -> None:
         """Add an event line (``{"event": kind, ...}``) to metrics.jsonl, e.g. which steps were traced and where."""
@@ -256,7 +255,7 @@ class TrainingMonitor:
             self._scaled = None  # drop the graph the scaled tensor holds
         return tensor
 
-    def _on_backward(self, tensor: torch.Tensor) -> None:
+    def _on_backward(self, tensor: torch.Tensor) -> bool:
         try:
             loss = tensor if self._scaled is None else self._unscaled(tensor)
             if torch._C._len_torch_function_stack():  # a function mode (a dump, the detector) would see the detach
@@ -266,14 +265,13 @@ class TrainingMonitor:
                 loss = loss.detach()
             if self._watch is not None:
                 self._watch.before_backward(tensor)
-            self._tracker.backward(loss)
-            self._host.backward_begins()
+            return self._tracker.backward(loss) or self._watch is not None  # whether its end is wanted
         except Exception as exc:
             self._events.failed("the loss capture", exc)
+            return False
 
     def _on_backward_done(self) -> None:
         try:
-            self._host.backward_ends()
             self._tracker.backward_done()
             if self._watch is not None:
                 self._watch.after_backward()
@@ -292,11 +290,14 @@ class TrainingMonitor:
         except Exception as exc:
             self._events.failed("the step capture", exc)
 
-    def _on_batch(self, batch: Any) -> None:
+    def _on_batch(self, batch: Any, waited: float) -> None:
         try:
+            self._host.data += waited
             if self._watch is not None:
                 self._watch.before_batch()
-            self._tracker.batch(capture.batch_size(batch))
+            first = batch[0] if type(batch) in (list, tuple) and batch else None  # the default collate's, inline
+            n = first.size(0) if type(first) is torch.Tensor and first.dim() else capture.batch_size(batch)
+            self._tracker.batch(n)
         except Exception as exc:
             self._events.failed("the batch count", exc)
 
@@ -330,15 +331,14 @@ class TrainingMonitor:
         return tuple(m for m in models if isinstance(m, torch.nn.Module))
 
     def _context(self, features: dict) -> RunContext:
-        return RunContext(
-            run_dir=self.run_dir, rank=self.rank, world_size=self.world_size, start_step=self.start_step,
-            device=self.device, models=self._models, forward_seen=self.forward_seen,
-            optimizer=self.optimizer, events=self._events, features=MappingProxyType(features),
-            outputs=self._outputs, batches=self._batches, loader=self.train_loader, scaler=self.scaler,
-        )
+        return RunContext(run_dir=self.run_dir, rank=self.rank, world_size=self.world_size, start_step=self.start_step,
+                          device=self.device, models=self._models, forward_seen=self.forward_seen,
+                          optimizer=self.optimizer, events=self._events, features=MappingProxyType(features),
+                          outputs=self._outputs, batches=self._batches, loader=self.train_loader, scaler=self.scaler)
 
     def _on_step_end(self, step: int) -> None:
         if self._finished or not self._callbacks.stepping:
+            self._tracker.on_end = None  # nothing listens to steps from now on: the tracker stops calling
             return
         with self._outputs:  # a SIGTERM waits until a dump or trace being written is whole
             self._callbacks.step_end(self._ctx, step)

@@ -175,27 +175,28 @@ class StepClock:
     def __init__(self) -> None:
         self._window_start = time.perf_counter()
         self._entries: list = []
-        self._samples: Optional[int] = 0
-
-    def commit(self, closed: Any) -> Any:
-        """Count one closed step (a :class:`~ascend_tune.runtime.steps.ClosedStep`, kept as it is); steps come in order
-        (numbered by the :class:`~ascend_tune.runtime.steps.StepTracker`, the one step counter)."""
-        self._entries.append(closed)
-        if closed.samples is None or self._samples is None:
-            self._samples = None
-        else:
-            self._samples += closed.samples
-        return closed
+        # commit(closed): count one closed step (a ClosedStep, kept as it is); steps come in order (numbered by the
+        # StepTracker, the one step counter). The list's own append: once a step, it runs no Python of ours
+        self.commit = self._entries.append
 
     @property
     def pending_steps(self) -> int:
         return len(self._entries)
 
     def close_window(self) -> tuple:
-        """End the current window at its last step: (entries, seconds, samples) for a log line."""
-        end = self._entries[-1].at
-        out = (self._entries, end - self._window_start, self._samples)
-        self._entries, self._window_start, self._samples = [], end, 0
+        """End the current window at its last step: (entries, seconds, samples) for a log line (samples: None when
+        a step's are not known)."""
+        entries = self._entries[:]
+        self._entries.clear()  # the same list: commit is its append
+        end = entries[-1].at
+        samples: Optional[int] = 0
+        for entry in entries:
+            if entry.samples is None:
+                samples = None
+                break
+            samples += entry.samples
+        out = (entries, end - self._window_start, samples)
+        self._window_start = end
         return out
 
 

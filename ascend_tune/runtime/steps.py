@@ -118,7 +118,7 @@ class StepTracker:
         self.source = source
         self.step_optimizer: Any = optimizer
         self._found = source == OPTIMIZER  # whether step_optimizer is known (None is a valid name in tests)
-        self._on_end = on_end
+        self.on_end: Optional[Callable[[int], None]] = on_end  # None: nothing listens (the monitor's features are done)
         self._on_commit = on_commit
         self._mean = accumulate == "mean"
         self._samples_per_step = samples_per_step
@@ -154,12 +154,14 @@ class StepTracker:
         if self._samples is None:
             self._samples = 0
 
-    def backward(self, loss: Any) -> None:
-        """A scalar loss was back-propagated."""
+    def backward(self, loss: Any) -> bool:
+        """A scalar loss is being back-propagated. Returns whether :meth:`backward_done` has work when its backward
+        ends (only while backwards end steps or are held: with an optimizer's steps ending them, the usual case,
+        the step path makes no call at the backward's end)."""
         if self._in_step:
             if self._closure_loss is None:
                 self._closure_loss = loss
-            return
+            return False
         if (self.explicit or self.source == BACKWARD) and self._closed is not None:
             self.commit()
         self._shared = None
@@ -168,7 +170,10 @@ class StepTracker:
             self._backwards += 1
         else:
             self._add(loss)
+        if self.source == OPTIMIZER or self.explicit:
+            return False
         self._last = loss
+        return True
 
     def backward_done(self) -> None:
         """The backward's gradients exist; with backwards ending steps (and no explicit steps), that ends one."""
@@ -192,11 +197,19 @@ class StepTracker:
         optimizers: :meth:`defines_steps`)."""
         if (optimizer is not self.step_optimizer or not self._found) and not self.defines_steps(optimizer, steps_model):
             return
-        self._name(optimizer)
-        if self._closed is not None:
-            self.commit()
         if self.source != OPTIMIZER:
             self._take_over()
+        self.step_pre_hook(optimizer)
+
+    def step_pre_hook(self, optimizer: Any, *_hook_args: Any) -> None:
+        """:meth:`optimizer_pre` of the optimizer whose steps end steps, once that is known (the passed optimizer's
+        own pre-hook: torch calls it with ``args, kwargs``, ignored). The step path's one call before a step."""
+        if id(optimizer) not in self._names:
+            self._name(optimizer)
+        closed = self._closed
+        if closed is not None:
+            self._closed = None
+            self._on_commit(closed)
         self._in_step = True
         self._closure_loss = None
 
@@ -232,7 +245,10 @@ class StepTracker:
 
     def batch(self, samples: Optional[int]) -> None:
         """The loader handed out a batch of ``samples`` (None: size unknown)."""
-        self.commit()  # the step the last optimizer step closed
+        closed = self._closed  # the step the last optimizer step closed (commit(), inline: once a step)
+        if closed is not None:
+            self._closed = None
+            self._on_commit(closed)
         if self._samples is not None:
             self._samples = None if samples is None else self._samples + samples
 
@@ -253,7 +269,7 @@ class StepTracker:
             if entry.samples is not None and self._samples is not None:
                 samples = entry.samples - before
                 before = entry.samples
-            self._close_with(entry.loss, 1, samples, False, entry.at, entry.wall)
+            self._close(False, held=entry, samples=samples)
         if self._samples is not None:
             self._samples -= before  # what came after the last held backward belongs to the next step
         self._loss, self._backwards = None, 0
@@ -343,14 +359,17 @@ class StepTracker:
             self.source = OPTIMIZER
             self._held = []
 
-    def _close(self, skipped: bool) -> None:
-        self._close_with(self._loss, self._backwards, self._samples, skipped, time.perf_counter(), time.time())
-        self._loss, self._backwards = None, 0
-        if self._samples is not None:
-            self._samples = 0
-
-    def _close_with(self, loss: Any, backwards: int, samples: Optional[int], skipped: bool, at: float,
-                    wall: float) -> None:
+    def _close(self, skipped: bool, held: Optional[_Held] = None, samples: Optional[int] = None) -> None:
+        """Close the step under way (its losses and samples so far, ending now), or a ``held`` backward's (its one
+        loss, ``samples``, its times). One call a step: the step path's ``optimizer.step()`` ends here."""
+        if held is None:
+            loss, backwards, samples = self._loss, self._backwards, self._samples
+            at, wall = time.perf_counter(), time.time()
+            self._loss, self._backwards = None, 0
+            if samples is not None:
+                self._samples = 0
+        else:
+            loss, backwards, at, wall = held.loss, 1, held.at, held.wall
         if self._closed is not None:
             self.commit()  # a step closed earlier is never overwritten
         if loss is not None and self._mean and backwards > 1:
@@ -365,25 +384,5 @@ class StepTracker:
         step = self.next_step
         self.next_step += 1
         self._closed = ClosedStep(step, loss, samples, skipped, at, wall, losses)
-        self._on_end(step)
-
-
-def optimizer_loss_tensors(entries: list) -> tuple:
-    """Several optimizers stepping: (the optimizer name of each loss of ``entries``, in order; their losses, 0-d
-    tensors still on the device), read back with the window's own losses in one transfer; ([], []) otherwise."""
-    names, tensors = [], []
-    for entry in entries:
-        for name, loss in (entry.losses or {}).items():
-            if loss is not None:
-                names.append(name)
-                tensors.append(loss.detach().reshape(()))
-    return names, tensors
-
-
-def optimizer_losses(names: list, values: list) -> dict:
-    """``{"losses": each optimizer's mean loss over a window's steps}`` from the names of
-    :func:`optimizer_loss_tensors` and their values read back, or ``{}``."""
-    per: dict = {}
-    for name, value in zip(names, values):
-        per.setdefault(name, []).append(value)
-    return {"losses": {name: sum(v) / len(v) for name, v in per.items()}} if per else {}
+        if self.on_end is not None:
+            self.on_end(step)
