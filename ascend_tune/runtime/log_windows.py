@@ -68,12 +68,13 @@ class LogWindows:
         fields = callbacks.window(ctx, window, riding, layout) if layout else None
         if not self.sinks:
             return
+        kind = self.device.kind if self.device else "cpu"
         context = {  # what sinks.window_record adds to the window in metrics.jsonl
             "epoch": epoch,
             "rank": self.rank,
             "world_size": self.world_size,
             "warmup": self.totals.warmup.holds(window.first_step),
-            "memory_mib": device.peak_memory_mib(self.device.kind) if self.device else None,
+            "memory_mib": None if kind == "cpu" else device.peak_memory_mib(kind),  # the host has no device peak
             "host_s": host,  # where the window's host time went (host_times.py)
         }
         if names:  # several optimizers: each one's loss
