@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import json
 import math
+import random
+import statistics
+from collections import deque
 
 import pytest
 import torch
@@ -15,6 +18,7 @@ from conftest import read_jsonl
 from torch.utils.data import DataLoader, TensorDataset
 
 from ascend_tune import HealthConfig, TrainingMonitor
+from ascend_tune.analysis.stats import MAD_TO_SIGMA, SortedWindow
 from ascend_tune.errors import ConfigError
 from ascend_tune.health.spikes import SpikeRule
 from ascend_tune.testing.torch_features import transformers_missing
@@ -499,6 +503,26 @@ def test_report_against_a_baseline_plots_both_runs_grad_norms(tmp_path):
     page = out.read_text()
     assert "gradient norm: mean relative gap" in page and "the gradient norm parts first" in page
     assert "Both runs&#x27; gradient norm at each step" in page or "Both runs' gradient norm at each step" in page
+
+
+@pytest.mark.parametrize("draw", [
+    lambda rng: rng.lognormvariate(0, 1),
+    lambda rng: rng.choice([1.0, 2.0, 2.0, 3.0, 5.0]),  # ties: equal middles, equal distances
+    lambda rng: rng.choice([0.0, -0.0, 0.0, 1.0, -1.0]),  # a median of 0.0 beside values of -0.0
+], ids=["random", "tied", "signed-zeros"])
+def test_the_spike_rules_sorted_window_gives_statistics_median_and_mad_to_the_bit(draw):
+    rng = random.Random(0)
+    for size in (5, 6, 50):
+        window, kept = SortedWindow(size), deque(maxlen=size)
+        for _ in range(300):
+            value = draw(rng)
+            window.append(value)
+            kept.append(value)
+            middle = statistics.median(kept)
+            mad = statistics.median([abs(v - middle) for v in kept])
+            assert list(window) == list(kept)
+            assert repr(window.median()) == repr(middle)  # repr: -0.0 and 0.0 differ
+            assert repr(window.spread()) == repr(MAD_TO_SIGMA * mad)
 
 
 def test_a_series_that_goes_negative_is_judged_on_its_values():
