@@ -186,6 +186,28 @@ def test_a_clipped_step_logs_the_clips_own_norm_and_computes_no_norm_of_its_own(
     assert losses[:5] == losses_alone[:5]
 
 
+def test_windows_of_clipped_steps_and_of_mixed_steps_log_each_steps_norm_and_count(tmp_path):
+    model, optimizer, loader = setup(n=96)  # 12 steps, log_every=4: three windows
+    returned = []
+    with TrainingMonitor(model, optimizer, loader, log_dir=tmp_path, quiet=True, log_every=4, health=True):
+        for i, (x, y) in enumerate(loader):
+            loss = F.cross_entropy(model(x), y) * 20
+            if i == 7:
+                loss = loss * float("nan")  # from here every gradient is NaN
+            optimizer.zero_grad()
+            loss.backward()
+            if i == 9:  # unclipped: its window reads (norm, count) pairs, the clipped ones' counts still derived
+                returned.append(total_norm(model))
+            else:
+                returned.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)))
+            optimizer.step()
+    records = step_records(tmp_path)
+    norms = [v for r in records for v in r["step_grad_norms"]]
+    assert norms[:7] == returned[:7]  # the very values clip_grad_norm_ returned: the norms rode alone
+    assert all(math.isnan(v) for v in norms[7:] + returned[7:])
+    assert [r["grad_nonfinite"] for r in records] == [0, 4, 4 * 4]  # 4 NaN gradients a step from step 7
+
+
 def test_a_clip_over_part_of_the_parameters_leaves_the_count_to_the_optimizers_step(tmp_path):
     returned, calls, _ = clipped_run(tmp_path, True, clip_first_only=True, nan_grad_at=3)
     records = step_records(tmp_path)

@@ -45,8 +45,8 @@ class Callback:
 
     def read_along(self, ctx: RunContext, entries: list) -> Any:
         """Device values to read back with the losses of a log window's steps (``entries``: their
-        :class:`~ascend_tune.runtime.steps.ClosedStep`, loss still on the device) in the same transfer, as one 1-D
-        tensor, or None; :meth:`on_window` gets them back as floats."""
+        :class:`~ascend_tune.runtime.steps.ClosedStep`, loss still on the device) in the same transfer, as one
+        tensor (read flattened), or None; :meth:`on_window` gets them back as floats."""
         return None
 
     def on_window(self, ctx: RunContext, window: Any, values: list) -> Optional[dict]:
