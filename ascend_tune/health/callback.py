@@ -79,7 +79,8 @@ class HealthCallback(Callback):
         if (self.config.modules or self.config.on_anomaly == "modules") and ctx.models:
             self._modules = ModuleStats(ctx.models, self.config.targets)
             stack.callback(self._modules.close)
-        self._norms.install(stack, ctx.optimizer, self._before_step)
+        # module statistics' moment before each optimizer step and clip; without them, nothing to call
+        self._norms.install(stack, ctx.optimizer, self._before_step if self._modules is not None else None)
         if ctx.batches is not None:
             ctx.batches.start()
         folder = ctx.run_dir.root if ctx.rank == 0 else ctx.run_dir.path(rank_dir_name(ctx.rank))

@@ -205,6 +205,8 @@ def _two_norm(args: tuple, kwargs: dict) -> bool:
 
 def _kept(total: torch.Tensor) -> torch.Tensor:
     """A clip's norm as kept until the log step: whole, 0-dim, out of autograd (torch's already is: no op then)."""
+    if type(total) is torch.Tensor and not total.requires_grad and not total.dim():
+        return total
     with internal():  # a DTensor's is made whole by a collective: ours
         total = _whole(total)
         if total.requires_grad or total.dim():
