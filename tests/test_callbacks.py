@@ -77,3 +77,36 @@ def test_events_go_to_metrics_jsonl_beside_the_step_records(setup, tmp_path):
 def test_a_callback_must_be_a_callback():
     with pytest.raises(AscendTuneError, match="Callback objects"):
         TrainingMonitor(torch.nn.Linear(2, 2), callbacks=[object()])
+
+
+class StepCounts(Callback):
+    """Reads along, per step, its number and its double as a (steps, 2) tensor: a shape the read flattens."""
+
+    name = "step_counts"
+
+    def __init__(self):
+        self.seen = []
+
+    def read_along(self, mon, entries):
+        return torch.tensor([[float(e.step), 2.0 * e.step] for e in entries])
+
+    def on_window(self, mon, window, values):
+        self.seen.append(values)
+        return {"counted": values[-2]}
+
+
+@pytest.mark.parametrize("health", [None, True], ids=["alone", "beside-health"])
+def test_a_callbacks_read_along_values_come_back_flattened_alone_or_beside_another_riders(setup, tmp_path, health):
+    model, optimizer, loader = setup
+    counts = StepCounts()
+    with TrainingMonitor(model, optimizer, loader, log_dir=tmp_path, quiet=True, log_every=4, callbacks=[counts],
+                         health=health):
+        for x, y in loader:
+            F.cross_entropy(model(x), y).backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            optimizer.zero_grad()
+    assert counts.seen == [[0.0, 0.0, 1.0, 2.0, 2.0, 4.0, 3.0, 6.0], [4.0, 8.0, 5.0, 10.0, 6.0, 12.0, 7.0, 14.0]]
+    records = [r for r in read_jsonl(tmp_path / "metrics.jsonl") if "event" not in r]
+    assert [r["counted"] for r in records] == [3.0, 7.0]
+    assert all((r.get("grad_norm") is not None) == bool(health) for r in records)

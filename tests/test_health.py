@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import json
 import math
+import random
+import statistics
+from collections import deque
 
 import pytest
 import torch
@@ -15,6 +18,7 @@ from conftest import read_jsonl
 from torch.utils.data import DataLoader, TensorDataset
 
 from ascend_tune import HealthConfig, TrainingMonitor
+from ascend_tune.analysis.stats import MAD_TO_SIGMA, SortedWindow
 from ascend_tune.errors import ConfigError
 from ascend_tune.health.spikes import SpikeRule
 from ascend_tune.testing.torch_features import transformers_missing
@@ -180,6 +184,28 @@ def test_a_clipped_step_logs_the_clips_own_norm_and_computes_no_norm_of_its_own(
     # the NaN weights' own (clipping by a NaN norm made every gradient NaN, as the optimizer then saw them)
     assert calls == alone == 2 * 8  # the clip's own two a step (per-parameter norms, their norm); health added none
     assert losses[:5] == losses_alone[:5]
+
+
+def test_windows_of_clipped_steps_and_of_mixed_steps_log_each_steps_norm_and_count(tmp_path):
+    model, optimizer, loader = setup(n=96)  # 12 steps, log_every=4: three windows
+    returned = []
+    with TrainingMonitor(model, optimizer, loader, log_dir=tmp_path, quiet=True, log_every=4, health=True):
+        for i, (x, y) in enumerate(loader):
+            loss = F.cross_entropy(model(x), y) * 20
+            if i == 7:
+                loss = loss * float("nan")  # from here every gradient is NaN
+            optimizer.zero_grad()
+            loss.backward()
+            if i == 9:  # unclipped: its window reads (norm, count) pairs, the clipped ones' counts still derived
+                returned.append(total_norm(model))
+            else:
+                returned.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)))
+            optimizer.step()
+    records = step_records(tmp_path)
+    norms = [v for r in records for v in r["step_grad_norms"]]
+    assert norms[:7] == returned[:7]  # the very values clip_grad_norm_ returned: the norms rode alone
+    assert all(math.isnan(v) for v in norms[7:] + returned[7:])
+    assert [r["grad_nonfinite"] for r in records] == [0, 4, 4 * 4]  # 4 NaN gradients a step from step 7
 
 
 def test_a_clip_over_part_of_the_parameters_leaves_the_count_to_the_optimizers_step(tmp_path):
@@ -499,6 +525,26 @@ def test_report_against_a_baseline_plots_both_runs_grad_norms(tmp_path):
     page = out.read_text()
     assert "gradient norm: mean relative gap" in page and "the gradient norm parts first" in page
     assert "Both runs&#x27; gradient norm at each step" in page or "Both runs' gradient norm at each step" in page
+
+
+@pytest.mark.parametrize("draw", [
+    lambda rng: rng.lognormvariate(0, 1),
+    lambda rng: rng.choice([1.0, 2.0, 2.0, 3.0, 5.0]),  # ties: equal middles, equal distances
+    lambda rng: rng.choice([0.0, -0.0, 0.0, 1.0, -1.0]),  # a median of 0.0 beside values of -0.0
+], ids=["random", "tied", "signed-zeros"])
+def test_the_spike_rules_sorted_window_gives_statistics_median_and_mad_to_the_bit(draw):
+    rng = random.Random(0)
+    for size in (5, 6, 50):
+        window, kept = SortedWindow(size), deque(maxlen=size)
+        for _ in range(300):
+            value = draw(rng)
+            window.append(value)
+            kept.append(value)
+            middle = statistics.median(kept)
+            mad = statistics.median([abs(v - middle) for v in kept])
+            assert list(window) == list(kept)
+            assert repr(window.median()) == repr(middle)  # repr: -0.0 and 0.0 differ
+            assert repr(window.spread()) == repr(MAD_TO_SIGMA * mad)
 
 
 def test_a_series_that_goes_negative_is_judged_on_its_values():

@@ -1,7 +1,8 @@
 """THE robust statistics, once: the median, the spread (1.4826 x the median absolute deviation, a standard deviation
-that one wild value does not move), and the test that names one value among many (one rank), as msprof-analyze's
-slow-rank recipe does: Dixon's Q test at 99.5% confidence up to 100 values, three standard deviations beyond. The
-ranks' verdicts, the health feature's spike rule and compare-trace's noise use them.
+that one wild value does not move), both also of a rolling window kept sorted (:class:`SortedWindow`), and the test
+that names one value among many (one rank), as msprof-analyze's slow-rank recipe does: Dixon's Q test at 99.5%
+confidence up to 100 values, three standard deviations beyond. The ranks' verdicts, the health feature's spike rule
+and compare-trace's noise use them.
 
 Dixon's ratio compares the suspect's gap to its neighbour with the sample's range; the ratio changes with the
 sample size so that one other extreme value cannot mask the suspect (Dixon 1950): r10 for n = 3-7, r11 for 8-10,
@@ -15,7 +16,9 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from bisect import bisect_left, insort
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Optional
 
@@ -42,6 +45,73 @@ def robust_spread(values: Sequence, least: int = 3) -> float:
         return 0.0
     middle = median(values)
     return MAD_TO_SIGMA * median([abs(v - middle) for v in values])
+
+
+class SortedWindow:
+    """The last ``size`` values, in arrival order and sorted: their :func:`median` and :func:`robust_spread`
+    (``least=1``), exactly, without sorting them at each call (the spike rule asks at every step).
+
+    A value in costs a binary search and a list insert (and the oldest's removal once full). The median is then the
+    middle value; the median absolute deviation is the middle one of the distances to it, which need no sort: the
+    values below the median, walked down, and those above it, walked up, give two ascending runs of distances,
+    merged up to their middle (half the window). Values must be finite (NaN has no place in an order).
+
+    Parameters:
+        size: how many values it keeps.
+        values: the first ones, oldest first.
+    """
+
+    def __init__(self, size: int, values: Iterable[float] = ()):
+        self._arrived: deque = deque(maxlen=size)
+        self._sorted: list = []
+        for value in values:
+            self.append(value)
+
+    def __len__(self) -> int:
+        return len(self._arrived)
+
+    def __iter__(self) -> Iterator[float]:
+        """The values, oldest first."""
+        return iter(self._arrived)
+
+    def append(self, value: float) -> None:
+        """Add ``value``; once full, the oldest leaves."""
+        if len(self._arrived) == self._arrived.maxlen:
+            # insort (to the right of equal values) keeps equal values in arrival order, as sorted() of the arrival
+            # order does, so the oldest is the first of its equals, down to 0.0 against -0.0
+            del self._sorted[bisect_left(self._sorted, self._arrived[0])]
+        self._arrived.append(value)
+        insort(self._sorted, value)
+
+    def median(self) -> float:
+        """:func:`median` of the values; the window must not be empty."""
+        ordered, n = self._sorted, len(self._sorted)
+        mid = n // 2
+        return ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+    def spread(self) -> float:
+        """``MAD_TO_SIGMA`` x the median absolute deviation (0.0 when empty): ``robust_spread(values, least=1)``."""
+        ordered, n = self._sorted, len(self._sorted)
+        if not n:
+            return 0.0
+        middle = self.median()
+        below = bisect_left(ordered, middle) - 1  # ordered[below] < middle <= ordered[above]
+        above = below + 1
+        # the next distance on each side (inf: none left). Below, middle - v is abs(v - middle) to the bit (a rounded
+        # difference only changes sign when its terms swap); above, abs() turns -0.0 - 0.0 into 0.0. Rounding is
+        # monotonic: each side's distances ascend as it walks away from the middle
+        up = abs(ordered[above] - middle) if above < n else math.inf
+        down = middle - ordered[below] if below >= 0 else math.inf
+        previous = distance = 0.0
+        for _ in range(n // 2 + 1):
+            previous = distance
+            if up <= down:
+                distance, above = up, above + 1
+                up = abs(ordered[above] - middle) if above < n else math.inf
+            else:
+                distance, below = down, below - 1
+                down = middle - ordered[below] if below >= 0 else math.inf
+        return MAD_TO_SIGMA * (distance if n % 2 else (previous + distance) / 2)
 
 
 @dataclass(frozen=True)

@@ -45,8 +45,8 @@ class Callback:
 
     def read_along(self, ctx: RunContext, entries: list) -> Any:
         """Device values to read back with the losses of a log window's steps (``entries``: their
-        :class:`~ascend_tune.runtime.steps.ClosedStep`, loss still on the device) in the same transfer, as one 1-D
-        tensor, or None; :meth:`on_window` gets them back as floats."""
+        :class:`~ascend_tune.runtime.steps.ClosedStep`, loss still on the device) in the same transfer, as one
+        tensor (read flattened), or None; :meth:`on_window` gets them back as floats."""
         return None
 
     def on_window(self, ctx: RunContext, window: Any, values: list) -> Optional[dict]:
@@ -165,7 +165,8 @@ class CallbackSet:
                     raise
 
     def read_along(self, ctx: RunContext, entries: list) -> tuple:
-        """(one tensor of what the riders read along with ``entries``' losses, or None; [(callback, size)])."""
+        """(one tensor of what the riders read along with ``entries``' losses, read flattened, or None;
+        [(callback, size)])."""
         parts, layout = [], []
         for cb in self.riders:
             try:
@@ -175,14 +176,16 @@ class CallbackSet:
                     raise
                 continue
             if values is not None:
-                parts.append(values.reshape(-1))
+                parts.append(values)
                 layout.append((cb, values.numel()))
         if not parts:
             return None, []
+        if len(parts) == 1:  # as it is: the read flattens it (one rider, the usual case, costs no op here)
+            return parts[0], layout
         import torch
 
         dev = parts[0].device
-        return (parts[0] if len(parts) == 1 else torch.cat([p.to(dev).float() for p in parts])), layout
+        return torch.cat([p.reshape(-1).to(dev).float() for p in parts]), layout
 
     def window(self, ctx: RunContext, window: Any, values: list, layout: list) -> dict:
         """``on_window`` of each rider with its share of ``values``; the fields they add to the window's line."""

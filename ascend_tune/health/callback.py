@@ -79,7 +79,8 @@ class HealthCallback(Callback):
         if (self.config.modules or self.config.on_anomaly == "modules") and ctx.models:
             self._modules = ModuleStats(ctx.models, self.config.targets)
             stack.callback(self._modules.close)
-        self._norms.install(stack, ctx.optimizer, self._before_step)
+        # module statistics' moment before each optimizer step and clip; without them, nothing to call
+        self._norms.install(stack, ctx.optimizer, self._before_step if self._modules is not None else None)
         if ctx.batches is not None:
             ctx.batches.start()
         folder = ctx.run_dir.root if ctx.rank == 0 else ctx.run_dir.path(rank_dir_name(ctx.rank))
@@ -115,7 +116,18 @@ class HealthCallback(Callback):
 
     def read_along(self, ctx: RunContext, entries: list) -> Any:
         values = [self._pending.pop(e.step, None) for e in entries]
-        self._skipped.update(e.step for e in entries if e.skipped)
+        for entry in entries:
+            if entry.skipped:
+                self._skipped.add(entry.step)
+        if all(v is not None and v.nonfinite_if is not None for v in values):
+            # clipped steps: each count follows from its norm (on_window), so the norms ride alone, and one step's
+            # as it is: no kernel of ours
+            for entry, value in zip(entries, values):
+                self._derived[entry.step] = value.nonfinite_if
+            if len(values) == 1:
+                return values[0].norm
+            with internal():
+                return _stacked([v.norm for v in values])
         known = next((v for v in values if v is not None), None)
         if known is not None:
             dev = known.norm.device
@@ -131,14 +143,14 @@ class HealthCallback(Callback):
                 flat += (value.norm, nan if value.nonfinite is None else value.nonfinite)
                 if value.nonfinite_if is not None:
                     self._derived[entry.step] = value.nonfinite_if
-            if all(t.device == dev for t in flat):
-                return torch.stack(flat)  # one kernel: stack promotes the counts' and norms' dtypes to one float
-            return torch.stack([t.to(dev, torch.float32) for t in flat])
+            return _stacked(flat)
 
     def on_window(self, ctx: RunContext, window: Any, values: list) -> Optional[dict]:
         steps = range(window.first_step, window.last_step + 1)
+        paired = len(values) > len(steps)  # (norm, count) per step; else the norms alone (read_along)
+        raw = values[0::2] if paired else values
         counts = []
-        for step, v, c in zip(steps, values[0::2], values[1::2]):
+        for step, v, c in zip(steps, raw, values[1::2] if paired else raw):
             if_nonfinite = self._derived.pop(step, None)
             if if_nonfinite is not None:  # a clipped step's: it follows from the clip's norm where it can
                 # a NaN norm made every gradient NaN; an infinite one zeroed the finite gradients and made the
@@ -147,13 +159,11 @@ class HealthCallback(Callback):
             else:
                 counts.append(None if math.isnan(c) else c)
         # (NaN, NaN) is a step without a value; a NaN norm with a count is a NaN gradient
-        norms = [None if math.isnan(v) and c is None else v for v, c in zip(values[0::2], counts)]
-        for i, step in enumerate(range(window.first_step, window.last_step + 1)):
-            if i >= len(norms):
-                break
-            self._judge(ctx, step, "loss", window.losses[i], counts[i])
+        norms = [None if math.isnan(v) and c is None else v for v, c in zip(raw, counts)]
+        for step, loss, norm, count in zip(steps, window.losses, norms, counts):
+            self._judge(ctx, step, "loss", loss, count)
             if step not in self._skipped:  # GradScaler skips the steps whose gradients overflow: by design
-                self._judge(ctx, step, "grad_norm", norms[i], counts[i])
+                self._judge(ctx, step, "grad_norm", norm, count)
             self._skipped.discard(step)
             self._indices.pop(step, None)
         seen = [v for v in norms if v is not None]
@@ -232,3 +242,12 @@ class HealthCallback(Callback):
         if dev not in self._nan:
             self._nan[dev] = torch.full((), math.nan, device=dev)
         return self._nan[dev]
+
+
+def _stacked(tensors: list) -> torch.Tensor:
+    """``tensors`` (0-dim) as one 1-D tensor on the first one's device: one kernel where they all lie there (stack
+    promotes the counts' and norms' dtypes to one float)."""
+    dev = tensors[0].device
+    if all(t.device == dev for t in tensors):
+        return torch.stack(tensors)
+    return torch.stack([t.to(dev, torch.float32) for t in tensors])

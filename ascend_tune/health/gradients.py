@@ -95,8 +95,7 @@ class GradNorms:
             total = original(*args, **kwargs)
             try:
                 if isinstance(total, torch.Tensor):
-                    with internal():
-                        self._clip = _whole(total).detach().reshape(())
+                    self._clip = _kept(total)
                     self._clipped = params if params is not None and _two_norm(args, kwargs) else None
             except Exception:  # our own bookkeeping never reaches the loop
                 self._clip = self._clipped = None
@@ -116,8 +115,7 @@ class GradNorms:
             try:
                 total = args[2] if len(args) > 2 else kwargs.get("total_norm")
                 if isinstance(total, torch.Tensor):
-                    with internal():
-                        self._clip = _whole(total).detach().reshape(())
+                    self._clip = _kept(total)
                     self._clipped = None
             except Exception:  # our own bookkeeping never reaches the loop
                 self._clip = self._clipped = None
@@ -203,6 +201,17 @@ def _among(params: list, clipped: list) -> bool:
 def _two_norm(args: tuple, kwargs: dict) -> bool:
     norm_type = args[2] if len(args) > 2 else kwargs.get("norm_type", 2.0)
     return isinstance(norm_type, (int, float)) and float(norm_type) == 2.0
+
+
+def _kept(total: torch.Tensor) -> torch.Tensor:
+    """A clip's norm as kept until the log step: whole, 0-dim, out of autograd (torch's already is: no op then)."""
+    if type(total) is torch.Tensor and not total.requires_grad and not total.dim():
+        return total
+    with internal():  # a DTensor's is made whole by a collective: ours
+        total = _whole(total)
+        if total.requires_grad or total.dim():
+            total = total.detach().reshape(())
+    return total
 
 
 def _whole(tensor: torch.Tensor) -> torch.Tensor:

@@ -22,7 +22,6 @@ instead of their logs: 2.6 per 1000 at threshold 8).
 from __future__ import annotations
 
 import math
-from collections import deque
 from dataclasses import dataclass
 from typing import Optional
 
@@ -57,7 +56,7 @@ class SpikeRule:
                  log: bool = True):
         self.window, self.warmup, self.threshold, self.min_rise = window, warmup, threshold, min_rise
         self.log = log
-        self._values: deque = deque(maxlen=window)
+        self._values = stats.SortedWindow(window)
         self._seen = 0
 
     def judge(self, value: Optional[float]) -> Optional[Verdict]:
@@ -67,13 +66,13 @@ class SpikeRule:
         if not math.isfinite(value):
             return Verdict(value, "nonfinite", self.median(), None, self.log)
         if self.log and value <= 0:  # a series that can be <= 0 (a GAN's, an ELBO): judged on its values from now on
-            self._values = deque((math.exp(v) for v in self._values), maxlen=self.window)
+            self._values = stats.SortedWindow(self.window, (math.exp(v) for v in self._values))
             self.log = False
         verdict = None
         scaled = _log(value) if self.log else value
         if self._seen >= self.warmup:
-            center = stats.median(self._values)
-            spread = stats.robust_spread(self._values, least=1)
+            center = self._values.median()
+            spread = self._values.spread()
             median = math.exp(center) if self.log else center
             if scaled > center + self.threshold * spread and value > median * (1 + self.min_rise):
                 verdict = Verdict(value, "spike", median, spread, self.log)
@@ -85,7 +84,7 @@ class SpikeRule:
         """The baseline now (None before the first finite value)."""
         if not self._values:
             return None
-        center = stats.median(self._values)
+        center = self._values.median()
         return math.exp(center) if self.log else center
 
 
