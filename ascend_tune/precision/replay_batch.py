@@ -78,8 +78,8 @@ class Batches:
     def __init__(self, rows: ReplayRows, stacks: Any, lock: Any, scratch: golden.Scratch):
         self._rows, self._stacks, self._lock, self._scratch = rows, stacks, lock, scratch
         self._batches: dict = {}
-        self._caller: Optional[FrameType] = None  # the last call's user frame, its line and its stack's id
-        self._line, self._stack = 0, 0
+        self._caller: Optional[FrameType] = None  # the last call's frame, and its stacks' ids by line
+        self._stack_ids: dict = {}
 
     def stage(self, name: str, base: str, func: Any, args: tuple, kwargs: dict) -> Optional[Staged]:
         """Copy the arguments of a call that qualifies, before it runs; None when it does not qualify (it is then
@@ -130,13 +130,16 @@ class Batches:
             self._replay(batch)
 
     def _stack_id(self, caller: Optional[FrameType]) -> Optional[int]:
-        """The id of the user stack a call was made from: an optimizer's calls all come from one line of one frame
-        (held, so that it is the same frame), whose callers are then where they were."""
+        """The id of the stack a call was made from: an optimizer's calls come from a few lines of one frame (held,
+        so that it is the same frame), whose callers stay where they are while it runs."""
         if caller is None:
             return None
-        if caller is not self._caller or caller.f_lineno != self._line:
-            self._caller, self._line, self._stack = caller, caller.f_lineno, self._stacks.capture(caller)[0]
-        return self._stack
+        if caller is not self._caller:
+            self._caller, self._stack_ids = caller, {}
+        stack_id = self._stack_ids.get(caller.f_lineno)
+        if stack_id is None:
+            stack_id = self._stack_ids[caller.f_lineno] = self._stacks.capture(caller)[0]
+        return stack_id
 
     def flush(self) -> None:
         """Replay every batch (the step ends)."""
