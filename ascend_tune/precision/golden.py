@@ -300,7 +300,7 @@ def measure(device: torch.Tensor, golden: torch.Tensor, rtol: float, scratch: Op
         return EXACT
     if golden.dtype is not torch.float64:
         golden = golden.to(torch.float64)
-    if n <= _SMALL:
+    if n <= SMALL:
         small = _measure_small(device, golden, rtol, n)
         if small is not None:
             return small
@@ -340,7 +340,7 @@ def measure(device: torch.Tensor, golden: torch.Tensor, rtol: float, scratch: Op
     return ReplayError(max_abs, max_rel, min(over / n, 1.0), norm_err, nonfinite)
 
 
-_SMALL = 1 << 12  # elements: below, a tensor's few passes cost less than torch's fixed cost per op (~3 us vs ~1 us)
+SMALL = 1 << 12  # elements: below, a tensor's few passes cost less than torch's fixed cost per op (~3 us vs ~1 us)
 
 
 def _measure_small(device: torch.Tensor, golden: torch.Tensor, rtol: float, n: int) -> Optional[ReplayError]:

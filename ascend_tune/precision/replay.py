@@ -23,6 +23,10 @@ gives the forward's golden output too, so the call runs once in float64, not twi
 checks run (the optimizer updating a weight whose call's backward never came); a change seen only by a version
 counter at that time lists the forward as skipped; the step's end runs the forward checks still waiting.
 
+**Batches**: a small elementwise call made without autograd (an optimizer's per-parameter loop) joins a batch of
+calls of its kind, replayed by one float64 call at the step's end, each call's row in its place
+(:mod:`.replay_batch`: the rows are those of the calls replayed alone).
+
 The replay's own tensor work (the copies, the CPU recompute, the measures) runs under ``frames.internal()`` with
 torch function handling off (``torch._C.DisableTorchFunction``): the copies are plain CPU tensors, and a dump's mode
 running beside the replay (``precision=[dump, replay]``) would otherwise be entered, for nothing, by each of those
@@ -49,6 +53,7 @@ from ..recording.tensors import tensors_in
 from . import golden
 from .backward_watch import BackwardWatch, DeferredForward, WaitingForwards, graph_of_call
 from .golden import GoldenCopy, Unreplayable
+from .replay_batch import Batches
 from .replay_rows import ReplayRows
 
 
@@ -64,6 +69,7 @@ class StepReplay:
         self._backward = engine.want("backward", "output")
         self._forward = engine.want("forward", "output")
         self._scratch = golden.Scratch()
+        self._batches = Batches(self.rows, engine.stacks, engine.lock, self._scratch)
 
     # --- forward ----------------------------------------------------------------------------------------------
 
@@ -74,16 +80,21 @@ class StepReplay:
         against the CPU."""
         reason: Optional[str] = None
         copies: Optional[tuple] = None
-        deferrable, versions = False, None  # versions: the arguments' before the call
+        staged = None  # the call's copies in its batch (:mod:`.replay_batch`)
+        deferrable, versions, tensors = False, None, []  # versions: the arguments' before the call
         self.before_write(name, args, kwargs)
+        base = _base(name)
         try:
             with internal(), torch._C.DisableTorchFunction():
-                reason = golden.skip_reason(_base(name), args, kwargs)
+                reason = golden.skip_reason(base, args, kwargs)
                 if reason is None and self._forward:
-                    versions = [t._version for t in tensors_in((args, kwargs))]
-                    deferrable = self._deferrable(name, args, kwargs)
+                    tensors = tensors_in((args, kwargs))
+                    versions = [t._version for t in tensors]
+                    deferrable = self._deferrable(name, tensors, kwargs)
                     if not deferrable:
-                        copies = GoldenCopy().call_args(func, args, kwargs)
+                        staged = self._batches.stage(name, base, func, args, kwargs)
+                        if staged is None:
+                            copies = GoldenCopy().call_args(func, args, kwargs)
         except Unreplayable as exc:
             reason = str(exc)
         except Exception as exc:
@@ -95,10 +106,10 @@ class StepReplay:
                 if self._backward and reason is None and torch.is_grad_enabled() and self._engine.recording:
                     watch = self._watch(name, func, args, kwargs, out, caller)
                 results = _results(name, kwargs, out, args)
-                unchanged = versions == [t._version for t in tensors_in((args, kwargs))]
+                unchanged = versions is not None and versions == [t._version for t in tensors]
                 if deferrable and not unchanged:
                     reason = "it changed an argument in place: its inputs were not copied before it ran"
-                elif reason is None and unchanged and golden.implied(_base(name), kwargs, args, results):
+                elif reason is None and unchanged and golden.implied(base, kwargs, args, results):
                     self.rows.add(name, results[0], PASS, golden.EXACT, golden.standard_of(results))
                     return out
                 elif deferrable and watch is not None:
@@ -106,6 +117,9 @@ class StepReplay:
                     return out
                 elif deferrable:  # not awaited after all: its arguments are as they were, copied now
                     copies = self._copies_after(func, args, kwargs)
+                elif staged is not None:
+                    self._batches.commit(staged, results[0], caller)
+                    return out
                 if self._forward:
                     self._forward_row(name, func, kwargs, out, args, copies, reason, caller)
                 copies = None
@@ -126,14 +140,14 @@ class StepReplay:
         except Exception as exc:
             self._engine.fail(exc)
 
-    def _deferrable(self, name: str, args: tuple, kwargs: dict) -> bool:
+    def _deferrable(self, name: str, tensors: list, kwargs: dict) -> bool:
         """Whether the call's forward check may wait for its backward's recompute (see the module docstring: each
-        argument requires grad, or holds integers or bools, an embedding's indices, a mask)."""
+        argument requires grad, or holds integers or bools, an embedding's indices, a mask); ``tensors``: its
+        tensor arguments."""
         if not (self._backward and torch.is_grad_enabled() and self._engine.recording):
             return False
         if golden.is_inplace(_base(name), kwargs) or kwargs.get("out") is not None:
             return False
-        tensors = tensors_in((args, kwargs))
         return any(t.requires_grad for t in tensors) and all(
             (t.requires_grad or not (t.is_floating_point() or t.is_complex())) and GoldenCopy.refusal(t) is None
             for t in tensors)
@@ -334,6 +348,7 @@ class StepReplay:
     def finish(self) -> ReplayReport:
         """Write replay.csv and replay.json into the step's rank folder; the report the callback logs."""
         with internal(), torch._C.DisableTorchFunction():
+            self._batches.flush()
             for watch in self._waiting.watches():
                 self._forward_now(watch)  # its backward never came, or its replay failed before the forward's
             for watch in list(self._pending.values()):

@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 import threading
-from typing import Optional
+from typing import NamedTuple, Optional, Union
 
 import torch
 
 from ..analysis.dumps.differences import ReplayError
 from ..analysis.dumps.replay import SKIPPED, ReplayRow
 from ..analysis.dumps.tolerance import Standard
+
+
+class Described(NamedTuple):
+    """What a row names of a result that is not kept: its dtype and shape."""
+
+    dtype: torch.dtype
+    shape: tuple
+
+
+Like = Union[torch.Tensor, Described, None]  # what a row takes its dtype and shape from
 
 
 class ReplayRows:
@@ -26,7 +36,7 @@ class ReplayRows:
             self.rows.append(None)
             return len(self.rows) - 1
 
-    def add(self, name: str, like: Optional[torch.Tensor], verdict: str, metrics: Optional[ReplayError] = None,
+    def add(self, name: str, like: Like, verdict: str, metrics: Optional[ReplayError] = None,
             standard: Optional[Standard] = None, reason: str = "", frames: tuple = (),
             at: Optional[int] = None) -> None:
         """Add a row (``at``: the place :meth:`reserve` kept for it); ``like``: the tensor whose dtype and shape
@@ -40,7 +50,7 @@ class ReplayRows:
             else:
                 self.rows[at] = row
 
-    def skipped(self, name: str, like: Optional[torch.Tensor], reason: str, at: Optional[int] = None) -> None:
+    def skipped(self, name: str, like: Like, reason: str, at: Optional[int] = None) -> None:
         """Add a skipped row with its reason."""
         self.add(name, like, SKIPPED, reason=reason, at=at)
 
@@ -48,8 +58,8 @@ class ReplayRows:
 _DTYPE_NAMES: dict = {}
 
 
-def _dtype(t: Optional[torch.Tensor]) -> str:
-    if not isinstance(t, torch.Tensor):
+def _dtype(t: Like) -> str:
+    if not isinstance(t, (torch.Tensor, Described)):
         return ""
     name = _DTYPE_NAMES.get(t.dtype)
     if name is None:
@@ -57,5 +67,5 @@ def _dtype(t: Optional[torch.Tensor]) -> str:
     return name
 
 
-def _shape(t: Optional[torch.Tensor]) -> tuple:
-    return tuple(int(s) for s in t.shape) if isinstance(t, torch.Tensor) else ()
+def _shape(t: Like) -> tuple:
+    return tuple(int(s) for s in t.shape) if isinstance(t, (torch.Tensor, Described)) else ()
