@@ -547,6 +547,48 @@ def test_the_spike_rules_sorted_window_gives_statistics_median_and_mad_to_the_bi
             assert repr(window.spread()) == repr(MAD_TO_SIGMA * mad)
 
 
+def _rule_from_its_definition(values: list, window: int, warmup: int, threshold: float, min_rise: float) -> list:
+    """The spike rule of health/spikes.py's docstring, computed from scratch at every value: (rule, baseline,
+    spread) or None per value."""
+    out, kept, seen, log = [], deque(maxlen=window), 0, True
+    for value in values:
+        if not math.isfinite(value):
+            middle = statistics.median(kept) if kept else None
+            out.append(("nonfinite", None if middle is None else math.exp(middle) if log else middle, None))
+            continue
+        if log and value <= 0:
+            kept, log = deque((math.exp(v) for v in kept), maxlen=window), False
+        scaled = (math.log(value) if value > 0 else -math.inf) if log else value
+        verdict = None
+        if seen >= warmup:
+            center = statistics.median(kept)
+            spread = MAD_TO_SIGMA * statistics.median([abs(v - center) for v in kept])
+            baseline = math.exp(center) if log else center
+            if scaled > center + threshold * spread and value > baseline * (1 + min_rise):
+                verdict = ("spike", baseline, spread)
+        out.append(verdict)
+        kept.append(scaled)
+        seen += 1
+    return out
+
+
+@pytest.mark.parametrize("threshold,min_rise", [(8.0, 0.5), (2.0, 0.0), (0.5, 0.05)])
+def test_the_spike_rules_verdicts_are_its_definitions_to_the_bit(threshold, min_rise):
+    rng = random.Random(threshold)
+    values = []
+    for i in range(600):  # a noisy series with spikes, plateaus, non-finite values and a turn to negatives
+        value = rng.lognormvariate(0, 0.3) * (20.0 if rng.random() < 0.05 else 1.0)
+        value = 3.0 if 200 <= i < 240 else math.nan if i % 97 == 0 else value
+        if i in (230, 235):  # a rise just under and just over min_rise on a flat stretch: min_rise decides
+            value = 3.0 * (1 + min_rise * (0.95 if i == 230 else 1.05))
+        values.append(value - 2.5 if i >= 500 else value)
+    rule = SpikeRule(window=30, warmup=10, threshold=threshold, min_rise=min_rise)
+    got = [rule.judge(v) for v in values]
+    expected = _rule_from_its_definition(values, 30, 10, threshold, min_rise)
+    assert [None if v is None else (v.rule, v.baseline, v.spread) for v in got] == expected
+    assert sum(v is not None and v[0] == "spike" for v in expected) >= 10  # the series does test the rule
+
+
 def test_a_series_that_goes_negative_is_judged_on_its_values():
     rule = SpikeRule(window=20, warmup=5, threshold=8, min_rise=0.5)
     values = [1.0, 0.5, -0.2, 0.3, -0.1, 0.2, 0.4, -0.3, 0.1, 0.0] * 3

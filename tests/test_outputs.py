@@ -9,7 +9,7 @@ import os
 import subprocess
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from ascend_tune.contract.outputs import LineFile, Outputs
@@ -150,8 +150,37 @@ def test_the_hand_written_metrics_line_is_jsons_line(losses, seconds, samples, f
     assert math.isnan(record["loss"]) == math.isnan(window.loss)
 
 
-def test_the_monitors_window_lines_take_the_hand_written_path(setup, tmp_path, monkeypatch):
-    """When window_record gains a field, metrics_line must learn it too, or every line pays json's price."""
+_numbers = st.one_of(st.none(), st.booleans(), st.integers(-10**12, 10**12), _floats)
+_keys = st.one_of(st.sampled_from(["grad_norm", "step_grad_norms", "grad_nonfinite", "losses", "step", "epoch",
+                                   'a"b', "a\\b", "\u00e9", "a\tb", ""]),  # a window's own field; what json escapes
+                  st.text(max_size=6))
+_field_values = st.one_of(_numbers, st.lists(_numbers, max_size=4), st.tuples(_numbers, _numbers),
+                          st.dictionaries(st.one_of(st.text(max_size=4), st.integers(0, 3)), _numbers, max_size=3),
+                          st.text(max_size=3), st.just(float("inf")).map(lambda v: [v]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(losses=st.lists(st.one_of(st.none(), _floats), min_size=1, max_size=3),
+       fields=st.dictionaries(_keys, _field_values, max_size=4), reorder=st.booleans())
+@example(losses=[1.0], fields={"step": 3}, reorder=False)  # a window's own field: json keeps its place
+@example(losses=[1.0], fields={"a\\b": 1.0, 'q"': 2}, reorder=False)  # keys json escapes
+@example(losses=[1.0, 2.0], fields={"grad_norm": 0.5, "pair": (1.0, None), "losses": {"g": 1.5, "d": None}},
+         reorder=False)
+def test_the_hand_written_metrics_line_is_jsons_line_with_the_fields_features_add(losses, fields, reorder):
+    entries = [ClosedStep(7 + i, None, None, False, 0.0, 1796119648.5 + i) for i in range(len(losses))]
+    window = step_clock.make_window(entries, 0.25, 16, losses)
+    context = {"epoch": 1, "rank": 0, "world_size": 2, "warmup": False, "memory_mib": 12.5,
+               "host_s": {"data": 0.001, "backward": 0.002}}
+    if reorder:  # the monitor's own context in another order: json's order is the dict's
+        context = {"rank": 0, **context}
+    context.update(fields)
+    assert sinks.metrics_line(window, context) == sinks.json_line(sinks.window_record(window, **context))
+
+
+@pytest.mark.parametrize("features", [{}, {"health": True}], ids=["monitor", "health"])
+def test_the_monitors_window_lines_take_the_hand_written_path(setup, tmp_path, monkeypatch, features):
+    """When window_record gains a field, metrics_line must learn it too, or every line pays json's price; so must
+    it for what a feature adds to the line (health's gradient norms)."""
     import torch.nn.functional as F
 
     from ascend_tune import TrainingMonitor
@@ -159,11 +188,14 @@ def test_the_monitors_window_lines_take_the_hand_written_path(setup, tmp_path, m
     calls = []
     monkeypatch.setattr(sinks, "json_line", lambda record: calls.append(record) or b"{}\n")
     model, optimizer, loader = setup
-    with TrainingMonitor(model, optimizer, loader, log_dir=tmp_path, quiet=True, tune=False):
+    with TrainingMonitor(model, optimizer, loader, log_dir=tmp_path, quiet=True, tune=False, **features):
         for x, y in loader:
             loss = F.cross_entropy(model(x), y)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
     assert calls == []
-    assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 8
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert len(records) == 8
+    if features:
+        assert all(r["grad_norm"] > 0 and r["step_grad_norms"] == [r["grad_norm"]] for r in records)

@@ -72,10 +72,13 @@ class SpikeRule:
         scaled = _log(value) if self.log else value
         if self._seen >= self.warmup:
             center = self._values.median()
-            spread = self._values.spread()
             median = math.exp(center) if self.log else center
-            if scaled > center + self.threshold * spread and value > median * (1 + self.min_rise):
-                verdict = Verdict(value, "spike", median, spread, self.log)
+            # the rise first: most values are below it, and then the spread (half the window's distances) is not
+            # needed; both conditions are pure, so the verdicts are those of testing both
+            if value > median * (1 + self.min_rise):
+                spread = self._values.spread()
+                if scaled > center + self.threshold * spread:
+                    verdict = Verdict(value, "spike", median, spread, self.log)
         self._values.append(scaled if self.log else value)
         self._seen += 1
         return verdict

@@ -22,12 +22,13 @@ class _Internal:
         THREAD_MARKS.internal -= 1
 
 
-_INTERNAL = _Internal()
+INTERNAL = _Internal()
+"""``with INTERNAL:`` is ``with internal():`` without the call (the step log's path, once a log line)."""
 
 
 def internal() -> _Internal:
     """Mark tensor work done by ascend_tune itself (loss accumulation, statistics) so no capture records it."""
-    return _INTERNAL
+    return INTERNAL
 
 
 def in_internal() -> bool:

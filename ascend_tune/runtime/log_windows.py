@@ -11,6 +11,7 @@ losses ride along in the same transfer).
 
 from __future__ import annotations
 
+import operator
 from typing import Any, Optional
 
 import torch
@@ -39,17 +40,20 @@ class LogWindows:
         self.device = device_info
         self.sinks: list = []
         self.pending: list = []
+        self._steady_from = totals.warmup.end  # a window that starts before this step holds warm-up steps
 
     def close(self, clock: step_clock.StepClock, epoch: int, callbacks: Any, ctx: Any) -> None:
         """Close the clock's window and start its read; write it now when it is already on the host."""
         entries, seconds, samples = clock.close_window()
         extra, layout = callbacks.read_along(ctx, entries) if callbacks.riders else (None, [])
-        names, losses = optimizer_loss_tensors(entries)
-        if losses:
-            extra = _joined(losses, extra)
+        names: list = []
+        if any(map(_LOSSES, entries)):  # several optimizers stepping (no call of ours otherwise)
+            names, losses = optimizer_loss_tensors(entries)
+            if losses:
+                extra = _joined(losses, extra)
         read = step_clock.read_back(entries, lag=True, extra=extra)
         window = (read, seconds, samples, epoch, self.host.take(), layout, names)
-        if not self.pending and read.ready(False):
+        if not self.pending and (read.event is None or read.ready(False)):
             self._write(window, callbacks, ctx)
         else:
             self.pending.append(window)
@@ -63,7 +67,7 @@ class LogWindows:
     def _write(self, pending: tuple, callbacks: Any, ctx: Any) -> None:
         read, seconds, samples, epoch, host, layout, names = pending
         window = step_clock.make_window(read.entries, seconds, samples, read.values())
-        self.totals.add(window)
+        self.totals.windows.append(window)
         riding = read.extra_values[len(names):]  # the optimizers' losses first, then the riders' values
         fields = callbacks.window(ctx, window, riding, layout) if layout else None
         if not self.sinks:
@@ -73,7 +77,7 @@ class LogWindows:
             "epoch": epoch,
             "rank": self.rank,
             "world_size": self.world_size,
-            "warmup": self.totals.warmup.holds(window.first_step),
+            "warmup": window.first_step < self._steady_from,  # totals.warmup.holds(), inline
             "memory_mib": None if kind == "cpu" else device.peak_memory_mib(kind),  # the host has no device peak
             "host_s": host,  # where the window's host time went (host_times.py)
         }
@@ -83,6 +87,9 @@ class LogWindows:
             context.update(fields)
         for sink in self.sinks:
             sink.write(window, context)
+
+
+_LOSSES = operator.attrgetter("losses")
 
 
 def _joined(losses: list, extra: Any) -> Any:

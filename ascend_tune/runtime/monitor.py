@@ -27,7 +27,7 @@ from ..contract.events import RunEvents
 from ..contract.outputs import Outputs
 from ..errors import ConfigError
 from ..formats.run_dir import RunDir
-from ..recording.frames import internal
+from ..recording.frames import INTERNAL, internal
 from . import capture, sinks, step_clock
 from .host_times import HostTimes
 from .log_windows import LogWindows
@@ -352,7 +352,7 @@ class TrainingMonitor:
             log_step = (closed.step + 1) % self.log_every == 0
             if log_step or self._windows.pending:
                 # a SIGTERM waits for the lines; our reads are our own work (no dump or detector sees them)
-                with self._outputs, internal():
+                with self._outputs, INTERNAL:
                     if self._windows.pending:  # a read started at the previous log step is due now
                         self._windows.drain(True, self._callbacks, self._ctx)
                     if log_step:

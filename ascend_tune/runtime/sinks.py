@@ -103,13 +103,15 @@ class JsonlSink:
         self._file.close()
 
 
-# window_record's fields, in its order, as json writes them (tests/test_sinks.py holds the two to the same bytes)
+# window_record's fields, in its order, as json writes them (tests/test_outputs.py holds the two to the same bytes)
 _FAST_LINE = (
     '{"step":%d,"loss":%s,"steps_per_sec":%r,"samples_per_sec":%s,"time":%r,"first_step":%d,"window_steps":%d,'
     '"seconds":%r,"samples":%s,"step_losses":[%s],"nonfinite":%d,"skipped":%d,"epoch":%d,"rank":%d,'
-    '"world_size":%d,"warmup":%s,"memory_mib":%s,"host_s":{"data":%s,"backward":%s}}\n'
+    '"world_size":%d,"warmup":%s,"memory_mib":%s,"host_s":{"data":%s,"backward":%s}%s}\n'
 )
-_FAST_CONTEXT = 6  # epoch, rank, world_size, warmup, memory_mib, host_s
+_CONTEXT_KEYS = ("epoch", "rank", "world_size", "warmup", "memory_mib", "host_s")  # the monitor's own, first
+_RECORD_KEYS = frozenset(("step", "loss", "steps_per_sec", "samples_per_sec", "time", "first_step", "window_steps",
+                          "seconds", "samples", "step_losses", "nonfinite", "skipped", *_CONTEXT_KEYS))
 _float = float.__repr__  # what json writes for a float
 
 
@@ -117,16 +119,22 @@ def metrics_line(window: Window, context: dict) -> bytes:
     """The metrics.jsonl line of a window: ``json_line(window_record(window, **context))``, formatted by hand.
 
     Building the record and json's encoder cost about as much as the rest of a log line at ``log_every=1``: the
-    monitor's own context (epoch, rank, world_size, warmup, memory_mib, host_s) is one ``%`` format instead; any other
-    context, a non-finite number or a step without a loss takes the record's path.
+    monitor's own context (epoch, rank, world_size, warmup, memory_mib, host_s) is one ``%`` format, and what follows
+    it (each optimizer's loss, the fields features add: numbers, None, lists and dicts of them) is written the way
+    json writes it (:func:`_fields`); any other context, a non-finite number or a step without a loss takes the
+    record's path.
     """
     try:
-        if len(context) != _FAST_CONTEXT:
-            raise KeyError
         c = context
         epoch, rank, world, warmup, memory = c["epoch"], c["rank"], c["world_size"], c["warmup"], c["memory_mib"]
         host = c["host_s"]
-        if len(host) != 2:
+        if len(host) != 2 or not type(epoch) is type(rank) is type(world) is int or type(warmup) is not bool:
+            raise TypeError  # what %d or the test below would write otherwise than json does
+        if len(c) != len(_CONTEXT_KEYS):
+            more = _fields(c)
+        elif tuple(c) == _CONTEXT_KEYS:  # window_record's order is the context's
+            more = ""
+        else:
             raise KeyError
         sps, samples, losses = window.samples_per_sec, window.samples, window.losses
         loss = _float(window.loss)
@@ -135,14 +143,60 @@ def metrics_line(window: Window, context: dict) -> bytes:
             window.end_time, window.first_step, len(losses), window.seconds,
             "null" if samples is None else int.__repr__(samples),
             loss if len(losses) == 1 else ",".join(map(_float, losses)), window.nonfinite,
-            window.skipped, epoch, rank, world, "true" if warmup is True else "false",
-            "null" if memory is None else _float(memory), _float(host["data"]), _float(host["backward"]),
+            window.skipped, epoch, rank, world, "true" if warmup else "false",
+            "null" if memory is None else _float(memory), _float(host["data"]), _float(host["backward"]), more,
         )
     except (KeyError, TypeError):  # other context, a value of another type, a step without a loss
         return json_line(window_record(window, **context))
     if "nan" in line or "inf" in line:  # no field name holds either: a non-finite number, spelt as json does
         return json_line(window_record(window, **context))
     return line.encode()
+
+
+def _fields(context: dict) -> str:
+    """``,"key":value`` for each entry of ``context`` after the monitor's own, as json writes it; KeyError / TypeError
+    when the monitor's own do not come first or an entry is not one :func:`_value` writes."""
+    keys = iter(context)
+    for key in _CONTEXT_KEYS:  # window_record's order is the context's: the monitor's own first
+        if next(keys) != key:
+            raise KeyError(key)
+    parts = [""]
+    for key in keys:
+        if key not in _PLAIN_KEYS:
+            if key in _RECORD_KEYS or type(key) is not str or not _plain(key):
+                raise KeyError(key)  # a field over a window's own (json keeps its place), or one json escapes
+            if len(_PLAIN_KEYS) < 256:  # a feature's fields are a few names, line after line
+                _PLAIN_KEYS.add(key)
+        value = context[key]
+        parts.append(f'"{key}":{_float(value) if type(value) is float else _value(value)}')
+    return ",".join(parts)
+
+
+_PLAIN_KEYS: set = set()  # feature fields' names found plain (and none of a window's own) by _fields
+
+
+def _plain(key: str) -> bool:
+    """Whether json writes ``key`` between quotes as it is (printable ASCII, no quote, no backslash)."""
+    return key.isascii() and key.isprintable() and '"' not in key and "\\" not in key
+
+
+def _value(value: Any) -> str:
+    """``value`` as json writes it, for None, bool, int, float and lists, tuples and plain-keyed dicts of them
+    (exact types: a subclass may write itself otherwise); TypeError for anything else."""
+    kind = type(value)
+    if kind is float:
+        return _float(value)
+    if value is None:
+        return "null"
+    if kind is int:
+        return int.__repr__(value)
+    if kind is bool:
+        return "true" if value else "false"
+    if kind is list or kind is tuple:
+        return "[" + ",".join(map(_value, value)) + "]"
+    if kind is dict and all(type(k) is str and _plain(k) for k in value):
+        return "{" + ",".join(f'"{k}":{_value(v)}' for k, v in value.items()) + "}"
+    raise TypeError(kind)
 
 
 # fields a feature adds to a window's line (Callback.on_window) that TensorBoard shows as ``train/<field>``

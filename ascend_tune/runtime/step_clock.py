@@ -11,7 +11,9 @@ The summary's statistics (median / mean / p10 / p90 steps/sec) are over log wind
 
 from __future__ import annotations
 
+import functools
 import math
+import operator
 import time
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Optional
@@ -57,27 +59,28 @@ class _PendingRead:
     as the monitor's own read-back, one per log line, and the advisor does not report them as host syncs to fix.
     """
 
-    __slots__ = ("entries", "_tensors", "_host", "_event", "extra", "extra_values")
+    __slots__ = ("entries", "_tensors", "_host", "event", "extra", "extra_values")
 
     def __init__(self, entries: list, tensors: list, host: Optional[torch.Tensor], event: Any, extra: int = 0):
         self.entries = entries
         self._tensors = tensors
         self._host = host
-        self._event = event
+        self.event = event  # None: on the host already (ready)
         self.extra = extra  # values riding along after the losses (read_back's ``extra``)
         self.extra_values: list = []
 
     def ready(self, force: bool) -> bool:
-        if self._event is None:
+        if self.event is None:
             return True
-        if force or self._event.query():
+        if force or self.event.query():
             with torch.profiler.record_function(read_back_name(len(self.entries))):
-                self._event.synchronize()
+                self.event.synchronize()
             return True
         return False
 
     def values(self) -> list:
-        if self._host is None and (not self._tensors or self._tensors[0].is_cpu) and not _torch_profiling():
+        if self._host is None and (not self._tensors or self._tensors[0].is_cpu) and not (
+                _PROFILER_ENABLED is None or _PROFILER_ENABLED()):
             return self._values()  # host losses and no torch profiler: the annotation would only cost (~6 us)
         with torch.profiler.record_function(read_back_name(len(self.entries))):
             return self._values()
@@ -101,10 +104,10 @@ class _PendingRead:
         return [None if e.loss is None else float(next(it)) for e in self.entries]
 
 
-def _torch_profiling() -> bool:
-    """Whether torch's profiler is recording (True when this torch cannot tell)."""
-    enabled = getattr(torch._C._autograd, "_profiler_enabled", None)
-    return True if enabled is None else bool(enabled())
+# whether torch's profiler is recording (a torch without it: taken as recording)
+_PROFILER_ENABLED = getattr(torch._C._autograd, "_profiler_enabled", None)
+_LOSS = operator.attrgetter("loss")
+_NOT_NONE = functools.partial(operator.is_not, None)
 
 
 def read_back(entries: list, lag: bool, extra: Optional[torch.Tensor] = None) -> _PendingRead:
@@ -113,7 +116,7 @@ def read_back(entries: list, lag: bool, extra: Optional[torch.Tensor] = None) ->
     ``extra``: device values the features read with these losses (a feature's per-step gradient norms), flattened
     into the same transfer; they come back as the read's ``extra_values``.
     """
-    tensors = [e.loss for e in entries if e.loss is not None]
+    tensors = list(filter(_NOT_NONE, map(_LOSS, entries)))  # no frame of ours: once a log line
     if extra is not None:
         return _read_with_extra(entries, tensors, extra, lag)
     if not tensors:
@@ -135,7 +138,11 @@ def _read_with_extra(entries: list, tensors: list, extra: torch.Tensor, lag: boo
     if dev.type == "cpu" and all(t.device.type == "cpu" for t in tensors):
         # read where they lie, in one cat (one kernel where the float64 path takes four, ~60 us a log step): its
         # type promotion keeps every value exact, what float64 is for below
-        flat = torch.cat([*(t.detach().reshape(1) for t in tensors), extra.detach().reshape(-1)])
+        if len(tensors) == 1 and not extra.dim() and not tensors[0].dim() and not (
+                extra.requires_grad or tensors[0].requires_grad):  # log_every=1: stack, nothing to reshape
+            flat = torch.stack((tensors[0], extra))
+        else:
+            flat = torch.cat([*(t.detach().reshape(1) for t in tensors), extra.detach().reshape(-1)])
         return _PendingRead(entries, [flat], None, None, extra.numel())
     dtype = torch.float64 if dev.type == "cpu" else torch.float32  # a float64 loss on the host stays exact
     flat = extra.detach().reshape(-1).to(dtype)
@@ -202,7 +209,7 @@ class StepClock:
 
 @dataclass
 class RunTotals:
-    """What summary.json reports, grown one window at a time."""
+    """What summary.json reports, grown one window at a time (``windows``: each written window, appended)."""
 
     start_step: int
     warmup_steps: int
@@ -211,9 +218,6 @@ class RunTotals:
 
     def __post_init__(self) -> None:
         self.warmup = WarmUp(self.start_step, self.warmup_steps)
-
-    def add(self, window: Window) -> None:
-        self.windows.append(window)
 
     def summary(self) -> dict:
         """The summary's numbers; rates only from windows past warm-up."""
