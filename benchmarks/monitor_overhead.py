@@ -9,7 +9,12 @@ over the repeats:
 
 - the monitor at ``log_every=1``, ``10`` and ``100`` (``quiet=True``, ``tune=False``: the fused-optimizer swap is a
   speed-up of its own, measured in optimizer_swap.py);
-- the guide's snippet the monitor replaces: ``loss.item()`` and a ``logging`` line to a file every step.
+- the guide's snippet the monitor replaces: ``loss.item()`` and a ``logging`` line to a file every step;
+- two floors at the monitor's own hook points (the patched ``torch.autograd.backward``, the optimizer's step pre-
+  and post-hook, a generator around the loader): "hooks, no-op" calls through them and does nothing else; "a
+  minimal step tracker" does there, in plain Python, the least a step log must do (keep the step's detached loss,
+  count its samples, close the step with its two clocks at the optimizer's step, hand it on at the next batch, a
+  thread-local depth for reentrant backwards), writing no line. What a pure-Python monitor could cost at best.
 
 Goals (issue #34), each a ratio measured in this run: the monitor's own cost a step, end to end (the fastest
 monitored loop minus the fastest bare one), at most 1/3 of the snippet's at ``log_every=1`` and 1/6 at
@@ -30,6 +35,7 @@ import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 
 import torch
@@ -125,6 +131,103 @@ def run_seed_snippet(setup, out: str) -> float:
     finally:
         log.removeHandler(handler)
         handler.close()
+
+
+class _MinimalTracker:
+    """The least a step log must do per step (the "minimal step tracker" floor of the module docstring)."""
+
+    def __init__(self) -> None:
+        self.loss = None
+        self.samples = 0
+        self.in_step = False
+        self.closed = None
+        self.window: list = []  # the closed steps a log window would read: dropped every 100
+
+    def backward(self, loss: torch.Tensor) -> None:
+        if not self.in_step:
+            self.loss = loss.detach()
+
+    def batch(self, batch, waited: float) -> None:
+        self._hand_on()
+        self.samples += batch[0].size(0)
+
+    def pre(self, optimizer, args, kwargs) -> None:
+        self._hand_on()
+        self.in_step = True
+
+    def post(self, optimizer, args, kwargs) -> None:
+        self.in_step = False
+        self.closed = (self.loss, self.samples, time.perf_counter(), time.time())
+        self.loss, self.samples = None, 0
+
+    def _hand_on(self) -> None:
+        closed = self.closed
+        if closed is not None:
+            self.closed = None
+            self.window.append(closed)
+            if len(self.window) == 100:
+                self.window = []
+
+
+def _at_hook_points(setup, on_loss=None, on_batch=None, pre=None, post=None) -> float:
+    """``timed_loop(setup)`` with the monitor's hook points installed, calling the given functions (None: the point
+    calls through and does nothing else)."""
+    model, optimizer, loader = setup
+    original = torch.autograd.backward
+    local = threading.local()
+    clock = time.perf_counter
+
+    def backward(tensors, *args, **kwargs):
+        if on_loss is None:
+            return original(tensors, *args, **kwargs)
+        depth = getattr(local, "depth", 0)
+        if not depth and type(tensors) is torch.Tensor and tensors.numel() == 1:
+            on_loss(tensors)
+        local.depth = depth + 1
+        try:
+            return original(tensors, *args, **kwargs)
+        finally:
+            local.depth = depth
+
+    def marked():
+        iterator = iter(loader)
+        while True:
+            began = clock()
+            try:
+                batch = next(iterator)
+            except StopIteration:
+                return
+            if on_batch is not None:
+                on_batch(batch, clock() - began)
+            yield batch
+
+    def nothing(optimizer, args, kwargs):
+        return None
+
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    handles = [optimizer.register_step_pre_hook(pre or nothing), register_optimizer_step_post_hook(post or nothing)]
+    torch.autograd.backward = backward
+    try:
+        start = time.process_time()
+        loop(model, optimizer, marked())
+        return time.process_time() - start
+    finally:
+        torch.autograd.backward = original
+        for handle in handles:
+            handle.remove()
+
+
+def run_hooks_noop(setup, out: str) -> float:
+    return _at_hook_points(setup)
+
+
+def run_minimal_tracker(setup, out: str) -> float:
+    tracker = _MinimalTracker()
+    return _at_hook_points(setup, tracker.backward, tracker.batch, tracker.pre, tracker.post)
+
+
+FLOORS = ("floor: hooks, no-op", "floor: a minimal step tracker")
 
 
 def interleaved(modes: dict, make, steps: int, repeats: int) -> dict:
@@ -289,7 +392,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     modes = {"bare": run_bare, **{f"monitor log_every={k}": run_monitored(k) for k in (1, 10, 100)},
-             "seed snippet item()+logging": run_seed_snippet}
+             "seed snippet item()+logging": run_seed_snippet, FLOORS[0]: run_hooks_noop,
+             FLOORS[1]: run_minimal_tracker}
     seconds = interleaved(modes, make_tiny_setup, args.steps, args.repeats)
     bare_step = statistics.median(seconds["bare"]) / args.steps
     print(f"monitor_overhead: Linear(4, 2), {args.steps} steps x {args.repeats} interleaved repeats, bare step "
@@ -301,7 +405,9 @@ def main(argv=None) -> int:
         calls = f", {calls_per_step(every):5.1f} Python calls" if every is not None else ""
         goal = GOALS.get(every) if every is not None else None
         shown = f" = {least[name] / snippet:.2f}x the snippet (goal <= {goal:.2f}x)" if goal is not None else ""
-        print(f"  {name:<28} median {median[name] * 1e6:6.1f} us, min {least[name] * 1e6:6.1f} us/step{calls}"
+        if name in FLOORS:
+            shown = f" = {least[name] / snippet:.2f}x the snippet"
+        print(f"  {name:<30} median {median[name] * 1e6:6.1f} us, min {least[name] * 1e6:6.1f} us/step{calls}"
               f"{shown}")
     ratio, step, median, p10 = mlp_ratio(args.mlp_repeats)
     print(f"monitor_overhead: a {step * 1e3:.2f} ms MLP step at log_every=10, 100 steps x {args.mlp_repeats} "

@@ -9,7 +9,9 @@ a ratio to the plain loop's, measured in the same process. On the CPU a step's t
 (user + system, file writes included), which other processes on a shared machine do not inflate as they inflate
 wall time; on CUDA it is wall time with the device synchronized. "replay" replays every step (steps=[]);
 "statistics" is the builtin statistics dump of the same steps, for scale; "statistics + replay" both at every step
-(precision=[...], the demo target's pair). Sizes: one replayed step's replay.csv +
+(precision=[...], the demo target's pair); "float64 step" the same step unmonitored with the model in float64:
+replay recomputes the step's calls in float64 beside the plain step, so 1 + its ratio is a replayed step's floor
+before anything is measured. Sizes: one replayed step's replay.csv +
 replay.json against one step dumped with task="tensor", data_mode=["input"] (every API's inputs: what an offline
 replay loads) and with every tensor (data_mode all).
 Two sizes of it: the tests' (dim 32, 8 tokens: ~700 API calls of ~4 us each, where per-call costs rule) and a
@@ -34,17 +36,18 @@ from ascend_tune import TrainingMonitor
 from ascend_tune.testing.models import TinyGPT, synthetic_tokens
 
 
-def make(args: argparse.Namespace) -> tuple:
+def make(args: argparse.Namespace, dtype: torch.dtype = torch.float32) -> tuple:
     torch.manual_seed(0)
     model = TinyGPT(vocab=64, block=args.block, dim=args.dim, layers=args.layers, softmax_blocks=1,
-                    dropout=0.1).to(args.device)
+                    dropout=0.1).to(args.device, dtype)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=args.foreach or None)
     x, y = (t.to(args.device) for t in synthetic_tokens(n=args.batch, block=args.block, vocab=64).tensors)
     return model, optimizer, x, y
 
 
-def timed_steps(args: argparse.Namespace, precision: object = None, log_dir: str = "") -> list:
-    model, optimizer, x, y = make(args)
+def timed_steps(args: argparse.Namespace, precision: object = None, log_dir: str = "",
+                dtype: torch.dtype = torch.float32) -> list:
+    model, optimizer, x, y = make(args, dtype)
     cuda = args.device.startswith("cuda")
     clock = time.perf_counter if cuda else time.process_time
     times = []
@@ -75,19 +78,21 @@ def folder_bytes(path: str) -> int:
 
 
 CONFIGS = {"tests": dict(dim=32, block=8), "small": dict(dim=128, block=64)}
+FLOAT64 = "float64 step"  # the same step with the model in float64, unmonitored: what recomputing it costs
 
 
 def run(args: argparse.Namespace) -> None:
     statistics_dump = dict(task="statistics", steps=[], backend="builtin")
     modes = {"plain": None, "statistics": statistics_dump, "replay": dict(task="replay", steps=[]),
-             "statistics + replay": [statistics_dump, dict(task="replay", steps=[])]}
+             "statistics + replay": [statistics_dump, dict(task="replay", steps=[])], FLOAT64: None}
     best = {name: float("inf") for name in modes}
     with tempfile.TemporaryDirectory() as tmp:
         timed_steps(args)  # warm the allocator and kernels once
         for rep in range(args.repeats):
             for name in (modes if rep % 2 == 0 else list(reversed(modes))):  # machine noise hits all alike
                 log_dir = os.path.join(tmp, f"{name}{rep}") if modes[name] is not None else ""
-                times = timed_steps(args, modes[name], log_dir)
+                dtype = torch.float64 if name == FLOAT64 else torch.float32
+                times = timed_steps(args, modes[name], log_dir, dtype)
                 best[name] = min(best[name], statistics.median(times[args.warmup:]))
         one = argparse.Namespace(**dict(args.__dict__, steps=1))
         sizes = {}
@@ -103,6 +108,10 @@ def run(args: argparse.Namespace) -> None:
           f"parameters): plain step {plain * 1e3:.2f} ms")
     for name in ("statistics", "replay", "statistics + replay"):
         print(f"    {name + ' step':<25} {best[name] / plain:6.2f}x plain   ({best[name] * 1e3:.1f} ms)")
+    floor = 1 + best[FLOAT64] / plain
+    print(f"    {FLOAT64:<25} {best[FLOAT64] / plain:6.2f}x plain   ({best[FLOAT64] * 1e3:.1f} ms): a replayed "
+          f"step's floor (the plain step and its float64 recompute) {floor:.2f}x, replay "
+          f"{best['replay'] / plain / floor:.2f}x that floor")
     extras = best["statistics"] + best["replay"] - 2 * plain  # what each adds to a plain step, summed
     print(f"    both in one step add {(best['statistics + replay'] - plain) / extras:.2f}x what the two add apart")
     print(f"    replay files      {sizes['replay'] / 1e3:9.1f} kB per step (replay.csv + replay.json)")
