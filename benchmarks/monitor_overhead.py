@@ -44,6 +44,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from ascend_tune import TrainingMonitor
+from ascend_tune.runtime.capture import iterate_marked
 
 GOALS = {1: 1 / 3, 10: 1 / 6}  # the monitor's own cost a step over the snippet's, end to end
 MLP_GOAL = 1.01  # a ~5 ms step at log_every=10, monitored over bare
@@ -175,7 +176,6 @@ def _at_hook_points(setup, on_loss=None, on_batch=None, pre=None, post=None) -> 
     model, optimizer, loader = setup
     original = torch.autograd.backward
     local = threading.local()
-    clock = time.perf_counter
 
     def backward(tensors, *args, **kwargs):
         if on_loss is None:
@@ -189,18 +189,6 @@ def _at_hook_points(setup, on_loss=None, on_batch=None, pre=None, post=None) -> 
         finally:
             local.depth = depth
 
-    def marked():
-        iterator = iter(loader)
-        while True:
-            began = clock()
-            try:
-                batch = next(iterator)
-            except StopIteration:
-                return
-            if on_batch is not None:
-                on_batch(batch, clock() - began)
-            yield batch
-
     def nothing(optimizer, args, kwargs):
         return None
 
@@ -210,7 +198,8 @@ def _at_hook_points(setup, on_loss=None, on_batch=None, pre=None, post=None) -> 
     torch.autograd.backward = backward
     try:
         start = time.process_time()
-        loop(model, optimizer, marked())
+        # the monitor's own loader wrapper (its batch timed, one call a batch), or a bare generator
+        loop(model, optimizer, iterate_marked(loader, on_batch) if on_batch else (batch for batch in loader))
         return time.process_time() - start
     finally:
         torch.autograd.backward = original
