@@ -9,10 +9,10 @@ a ratio to the plain loop's, measured in the same process. On the CPU a step's t
 (user + system, file writes included), which other processes on a shared machine do not inflate as they inflate
 wall time; on CUDA it is wall time with the device synchronized. "replay" replays every step (steps=[]);
 "statistics" is the builtin statistics dump of the same steps, for scale; "statistics + replay" both at every step
-(precision=[...], the demo target's pair); "float64 step" the same step unmonitored with the model in float64:
-replay recomputes the step's calls in float64 beside the plain step, so 1 + its ratio is a replayed step's floor
-before anything is measured. Sizes: one replayed step's replay.csv +
-replay.json against one step dumped with task="tensor", data_mode=["input"] (every API's inputs: what an offline
+(precision=[...], the demo target's pair); "float64 step" the same step unmonitored with the model in float64 on
+the CPU: replay recomputes the step's calls there in float64 beside the plain step, so 1 + its ratio is a replayed
+step's floor before anything is measured. Sizes: one replayed step's replay.csv + replay.json against one step
+dumped with task="tensor", data_mode=["input"] (every API's inputs: what an offline
 replay loads) and with every tensor (data_mode all).
 Two sizes of it: the tests' (dim 32, 8 tokens: ~700 API calls of ~4 us each, where per-call costs rule) and a
 small GPT (dim 128, 64 tokens: compute rules, as on a real model).
@@ -78,7 +78,7 @@ def folder_bytes(path: str) -> int:
 
 
 CONFIGS = {"tests": dict(dim=32, block=8), "small": dict(dim=128, block=64)}
-FLOAT64 = "float64 step"  # the same step with the model in float64, unmonitored: what recomputing it costs
+FLOAT64 = "float64 step"  # the same step in float64 on the CPU, unmonitored: what recomputing it costs
 
 
 def run(args: argparse.Namespace) -> None:
@@ -91,8 +91,10 @@ def run(args: argparse.Namespace) -> None:
         for rep in range(args.repeats):
             for name in (modes if rep % 2 == 0 else list(reversed(modes))):  # machine noise hits all alike
                 log_dir = os.path.join(tmp, f"{name}{rep}") if modes[name] is not None else ""
-                dtype = torch.float64 if name == FLOAT64 else torch.float32
-                times = timed_steps(args, modes[name], log_dir, dtype)
+                if name == FLOAT64:  # where replay recomputes: the CPU, whatever the device
+                    times = timed_steps(argparse.Namespace(**dict(args.__dict__, device="cpu")), dtype=torch.float64)
+                else:
+                    times = timed_steps(args, modes[name], log_dir)
                 best[name] = min(best[name], statistics.median(times[args.warmup:]))
         one = argparse.Namespace(**dict(args.__dict__, steps=1))
         sizes = {}
