@@ -198,6 +198,23 @@ def test_non_scalar_backward_and_autograd_grad_are_not_losses(setup, tmp_path):
     assert record["loss"] == pytest.approx(float(loss.detach()), rel=1e-6)
 
 
+def test_a_reentrant_checkpoints_backward_is_not_a_loss(setup, tmp_path):
+    model, optimizer, loader = setup
+    seen = []
+    with TrainingMonitor(model, optimizer, loader, log_dir=tmp_path, quiet=True):
+        for x, y in loader:
+            # the checkpointed output is the scalar loss: the recompute inside its backward back-propagates it again
+            loss = torch.utils.checkpoint.checkpoint(
+                lambda inputs: F.cross_entropy(model(inputs), y), x.requires_grad_(True), use_reentrant=True)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            seen.append(float(loss.detach()))
+    records = read_jsonl(tmp_path / "metrics.jsonl")
+    assert [r["step"] for r in records] == list(range(len(loader)))
+    assert [r["loss"] for r in records] == pytest.approx(seen, rel=1e-6)
+
+
 def test_lbfgs_closure_step_loss_is_the_first_evaluation(tmp_path):
     torch.manual_seed(0)
     model = TinyMLP()

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import threading
 import time
 from collections.abc import Iterable, Iterator
 from typing import Any, Callable, Optional
@@ -20,7 +19,6 @@ from ..recording.frames import THREAD_MARKS
 from .batch_indices import BatchIndices
 from .host_times import HostTimes
 
-_local = threading.local()  # the backward patch's nesting depth
 logger = logging.getLogger("ascend_tune")
 
 
@@ -33,34 +31,27 @@ def patch_backward(
     ``on_loss`` returned to ``host.backward``.
 
     ``Tensor.backward`` calls ``torch.autograd.backward`` through the module attribute, so this one patch sees both
-    spellings. Only a scalar is a loss (pipeline stages back-propagate activations with a ``gradient``), and only
-    the outermost call counts (reentrant checkpointing calls backward from inside backward). It runs on every
-    backward, so the usual case (``loss.backward()``, not inside our own work) calls nothing but the two reports.
+    spellings. Only a scalar is a loss (pipeline stages back-propagate activations with a ``gradient``), and only a
+    call made outside a backward counts: reentrant checkpointing calls backward from inside backward, on whichever
+    thread the autograd engine runs that node (an accelerator's device thread), which torch's graph-task id tells
+    (-1 on a thread that runs no backward) where a depth kept by this wrapper would not. It runs on every backward,
+    so the usual case (``loss.backward()``, not inside our own work) calls nothing but the two reports.
     """
     original = torch.autograd.backward
     clock = time.perf_counter
+    graph_task = torch._C._current_graph_task_id
 
     @functools.wraps(original)
     def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
-        depth = getattr(_local, "depth", 0)
-        if depth or getattr(THREAD_MARKS, "internal", 0):  # reentrant, or our own work (in_internal(), inline)
-            loss = None
-        elif type(tensors) is torch.Tensor:
-            loss = tensors if tensors.numel() == 1 else None
-        else:
-            loss = _scalar(tensors)
-        if loss is not None:
-            wants_done = on_loss(loss)
-            began = clock()
-        _local.depth = depth + 1
-        try:
-            result = original(tensors, *args, **kwargs)
-        finally:
-            _local.depth = depth
-        if loss is not None:
-            host.backward += clock() - began
-            if wants_done:
-                on_done()
+        loss = tensors if type(tensors) is torch.Tensor else _scalar(tensors)  # loss.backward(): a Tensor
+        if loss is None or loss.numel() != 1 or graph_task() != -1 or getattr(THREAD_MARKS, "internal", 0):
+            return original(tensors, *args, **kwargs)  # not a loss, a reentrant backward, or our own work
+        wants_done = on_loss(loss)
+        began = clock()
+        result = original(tensors, *args, **kwargs)
+        host.backward += clock() - began
+        if wants_done:
+            on_done()
         return result
 
     torch.autograd.backward = backward
@@ -68,13 +59,10 @@ def patch_backward(
 
 
 def _scalar(tensors: Any) -> Optional[torch.Tensor]:
-    if type(tensors) is torch.Tensor:  # loss.backward(): the usual case first
-        return tensors if tensors.numel() == 1 else None
+    """The one tensor ``tensors`` holds (a tensor subclass, or a list or tuple of one), else None."""
     if isinstance(tensors, (list, tuple)) and len(tensors) == 1:
         tensors = tensors[0]
-    if isinstance(tensors, torch.Tensor) and tensors.numel() == 1:
-        return tensors
-    return None
+    return tensors if isinstance(tensors, torch.Tensor) else None
 
 
 def hook_optimizer(
