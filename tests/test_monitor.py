@@ -205,7 +205,8 @@ def test_a_reentrant_checkpoints_backward_is_not_a_loss(setup, tmp_path):
         for x, y in loader:
             # the checkpointed output is the scalar loss: the recompute inside its backward back-propagates it again
             loss = torch.utils.checkpoint.checkpoint(
-                lambda inputs: F.cross_entropy(model(inputs), y), x.requires_grad_(True), use_reentrant=True)
+                lambda inputs, targets: F.cross_entropy(model(inputs), targets), x.requires_grad_(True), y,
+                use_reentrant=True)
             loss.backward()
             optimizer.step()
             optimizer.zero_grad()
