@@ -92,12 +92,41 @@ def test_no_host_reads_between_log_steps(setup, tmp_path, monkeypatch, health):
             loss.backward()
             optimizer.step()
             reads.append(len(calls))
-    # one read per log line (4 lines), none on the 16 other steps; the health feature's gradient norms ride along;
+    # reads at the 4 log steps only, none on the 16 other steps: on the host, where nothing is transferred, each of
+    # a line's 5 losses is read where it lies, and the health feature's gradient norms ride along (one read);
     # config.json (the experiment feature) reads twice, both by the first step's end: the initial weights as it
     # begins, the first batch's statistics as it ends (the next step's begin, before any dump of it starts)
     assert len(read_log(tmp_path)) == 4
-    assert reads[:2] == [2, 2] and calls == ["tolist"] * (2 + 4)
+    line = (["tolist"] if health else []) + ["item"] * 5
+    assert reads[:2] == [2, 2] and calls == ["tolist"] * 2 + line * 4
+    # a log step's line is written as its step is committed, at the next batch (the last one's at the block's end)
+    assert {i + 1: b - a for i, (a, b) in enumerate(zip(reads, reads[1:])) if b != a} == {5: len(line), 10: len(line),
+                                                                                     15: len(line)}
     assert all((r.get("grad_norm") is not None) == bool(health) for r in read_jsonl(tmp_path / "metrics.jsonl"))
+
+
+@pytest.mark.parametrize("health", [None, True])
+def test_host_losses_are_logged_as_the_loop_reads_them_in_their_own_dtype(tmp_path, health):
+    # float64 losses and gradient norms (a float64 reference run) over windows of 3 steps and a partial one: each
+    # value exactly what the loop's .item() gives, not rounded through float32
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1).double()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(16, 4, dtype=torch.float64), torch.randn(16, 1, dtype=torch.float64)
+    seen, norms = [], []
+    with TrainingMonitor(model, optimizer, log_dir=tmp_path, quiet=True, log_every=3, health=health):
+        for _ in range(7):
+            loss = F.mse_loss(model(x), y) * (1 + 1e-12)
+            optimizer.zero_grad()
+            loss.backward()
+            norms.append(torch.nn.utils.clip_grad_norm_(model.parameters(), 1e9).item())
+            optimizer.step()
+            seen.append(loss.item())
+    records = [r for r in read_jsonl(tmp_path / "metrics.jsonl") if "step_losses" in r]
+    assert [v for r in records for v in r["step_losses"]] == seen
+    assert all(v != float(torch.tensor(v, dtype=torch.float64).float()) for v in seen)  # float32 would round them
+    if health:
+        assert [v for r in records for v in r["step_grad_norms"]] == norms
 
 
 def test_everything_is_restored_after_the_block_even_when_it_raises(setup, tmp_path):
