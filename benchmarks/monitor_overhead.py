@@ -397,7 +397,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--mlp-repeats", type=int, default=9)
+    parser.add_argument("--mlp-repeats", type=int, default=9, help="the MLP row's repeats (0: no MLP row)")
     parser.add_argument("--mlp-batch", type=int, default=0, help="the MLP row's batch (default: a ~5 ms step here)")
     parser.add_argument("--cnn", action="store_true", help="also whole runs on a ~5 ms CNN step (200 steps)")
     parser.add_argument("--hooks", action="store_true", help="also the monitor's own path, torch work stubbed")
@@ -421,12 +421,13 @@ def main(argv=None) -> int:
             shown = f" = {least[name] / snippet:.2f}x the snippet"
         print(f"  {name:<30} median {median[name] * 1e6:6.1f} us, min {least[name] * 1e6:6.1f} us/step{calls}"
               f"{shown}")
-    batch = args.mlp_batch or mlp_batch(MLP_STEP)
-    ratio, step, median, p10, again = mlp_ratio(args.mlp_repeats, batch)
-    print(f"monitor_overhead: a {step * 1e3:.2f} ms MLP step (batch {batch}) at log_every=10, 100 steps x "
-          f"{args.mlp_repeats} interleaved repeats: {ratio:.4f}x bare, fastest over fastest (goal <= {MLP_GOAL}x); "
-          f"every step pooled: median {median:.4f}x, 10th percentile {p10:.4f}x; A/A (a second bare run, "
-          f"interleaved): {again:.4f}x")
+    if args.mlp_repeats > 0:  # 0: the MLP row is left out
+        batch = args.mlp_batch or mlp_batch(MLP_STEP)
+        ratio, step, median, p10, again = mlp_ratio(args.mlp_repeats, batch)
+        print(f"monitor_overhead: a {step * 1e3:.2f} ms MLP step (batch {batch}) at log_every=10, 100 steps x "
+              f"{args.mlp_repeats} interleaved repeats: {ratio:.4f}x bare, fastest over fastest (goal <= "
+              f"{MLP_GOAL}x); every step pooled: median {median:.4f}x, 10th percentile {p10:.4f}x; A/A (a second "
+              f"bare run, interleaved): {again:.4f}x")
     if args.hooks:
         hooks_only(1, blocks=2)  # warm
         print("monitor_overhead: the monitor's own path alone (torch work stubbed; thread CPU time, fastest block):")

@@ -149,23 +149,37 @@ class HealthCallback(Callback):
         steps = range(window.first_step, window.last_step + 1)
         paired = len(values) > len(steps)  # (norm, count) per step; else the norms alone (read_along)
         raw = values[0::2] if paired else values
-        counts = []
+        derived, isnan = self._derived, math.isnan
+        norms, counts = [], []
         for step, v, c in zip(steps, raw, values[1::2] if paired else raw):
-            if_nonfinite = self._derived.pop(step, None)
+            if_nonfinite = derived.pop(step, None)
             if if_nonfinite is not None:  # a clipped step's: it follows from the clip's norm where it can
                 # a NaN norm made every gradient NaN; an infinite one zeroed the finite gradients and made the
                 # infinite ones NaN: which ones is not known without the pass the clip's norm saved (unknown)
-                counts.append(0 if math.isfinite(v) else if_nonfinite if math.isnan(v) else None)
-            else:
-                counts.append(None if math.isnan(c) else c)
-        # (NaN, NaN) is a step without a value; a NaN norm with a count is a NaN gradient
-        norms = [None if math.isnan(v) and c is None else v for v, c in zip(raw, counts)]
+                c = 0 if math.isfinite(v) else if_nonfinite if isnan(v) else None
+            elif isnan(c):
+                c = None
+            counts.append(c)
+            # (NaN, NaN) is a step without a value; a NaN norm with a count is a NaN gradient
+            norms.append(None if c is None and isnan(v) else v)
+        loss_rule, norm_rule = self._rules["loss"], self._rules["grad_norm"]
+        skipped, indices = self._skipped, self._indices
         for step, loss, norm, count in zip(steps, window.losses, norms, counts):
-            self._judge(ctx, step, "loss", loss, count)
-            if step not in self._skipped:  # GradScaler skips the steps whose gradients overflow: by design
-                self._judge(ctx, step, "grad_norm", norm, count)
-            self._skipped.discard(step)
-            self._indices.pop(step, None)
+            verdict = loss_rule.judge(loss)
+            if verdict is not None:
+                self._report(ctx, step, "loss", verdict, count)
+            if step in skipped:  # GradScaler skips the steps whose gradients overflow: by design
+                skipped.discard(step)
+            else:
+                verdict = norm_rule.judge(norm)
+                if verdict is not None:
+                    self._report(ctx, step, "grad_norm", verdict, count)
+            if indices:
+                indices.pop(step, None)
+        if len(norms) == 1:  # log_every=1
+            count = counts[0]
+            return {"grad_norm": norms[0], "step_grad_norms": norms,
+                    "grad_nonfinite": None if count is None else int(count)}
         seen = [v for v in norms if v is not None]
         nonfinite = [int(c) for c in counts if c is not None]
         return {"grad_norm": sum(seen) / len(seen) if seen else None, "step_grad_norms": norms,
@@ -185,10 +199,8 @@ class HealthCallback(Callback):
 
     # --- anomalies --------------------------------------------------------------------------------------------------
 
-    def _judge(self, ctx: RunContext, step: int, metric: str, value: Optional[float], count: Optional[float]) -> None:
-        verdict = self._rules[metric].judge(value)
-        if verdict is None:
-            return
+    def _report(self, ctx: RunContext, step: int, metric: str, verdict: Any, count: Optional[float]) -> None:
+        """An anomaly of ``metric`` at ``step`` (the spike rule's ``verdict``): recorded, written, warned, answered."""
         c = self.config
         record = {"step": step, "metric": metric, "value": verdict.value, "baseline": verdict.baseline,
                   "spread": verdict.spread, "rule": verdict.describe(c.threshold, c.min_rise, c.window),

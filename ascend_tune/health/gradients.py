@@ -92,13 +92,20 @@ class GradNorms:
     def _wrap_clip(self, original: Any) -> Any:
         @functools.wraps(original)
         def clip_grad_norm_(*args: Any, **kwargs: Any) -> Any:
-            self._before_clip()
+            if self._also is not None:
+                self._before_clip()
             args, kwargs, params = _listed(args, kwargs)
             total = original(*args, **kwargs)
             try:
-                if isinstance(total, torch.Tensor):
+                if type(total) is torch.Tensor and not total.requires_grad and not total.dim():
+                    self._clip = total  # torch's own: kept as it is (_kept, inline: once a step)
+                elif isinstance(total, torch.Tensor):
                     self._clip = _kept(total)
-                    self._clipped = params if params is not None and _two_norm(args, kwargs) else None
+                else:
+                    return total
+                # a 2-norm: the default (two arguments, no norm_type, the usual call), else as the call says
+                two = (len(args) < 3 and not kwargs) or _two_norm(args, kwargs)
+                self._clipped = params if params is not None and two else None
             except Exception:  # our own bookkeeping never reaches the loop
                 self._clip = self._clipped = None
             return total

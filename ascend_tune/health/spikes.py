@@ -69,7 +69,7 @@ class SpikeRule:
             self._values = stats.SortedWindow(self.window, (math.exp(v) for v in self._values))
             self.log = False
         verdict = None
-        scaled = _log(value) if self.log else value
+        scaled = math.log(value) if self.log else value  # value > 0 here when judged on logs (see above)
         if self._seen >= self.warmup:
             center = self._values.median()
             median = math.exp(center) if self.log else center
@@ -89,8 +89,4 @@ class SpikeRule:
             return None
         center = self._values.median()
         return math.exp(center) if self.log else center
-
-
-def _log(value: float) -> float:
-    return math.log(value) if value > 0 else -math.inf
 
