@@ -140,6 +140,31 @@ def test_health_reads_nothing_back_between_log_steps(tmp_path, host_reads):
     assert all(r["grad_norm"] is not None for r in step_records(tmp_path))
 
 
+@pytest.mark.parametrize("health, begins", [(True, 0), (dict(on_anomaly="modules"), 21), (dict(modules=True), 21)])
+def test_a_steps_beginning_calls_health_only_where_it_has_work(tmp_path, monkeypatch, health, begins):
+    # the default (norms, warnings) does nothing at a step's beginning: no step dispatches to it; module statistics
+    # and an anomaly's response need the step under way: every step's beginning (the first at the block's start)
+    from ascend_tune.health.callback import HealthCallback
+
+    calls = []
+    original = HealthCallback.on_step_begin
+    monkeypatch.setattr(HealthCallback, "on_step_begin", lambda self, ctx, step: calls.append(step) or original(
+        self, ctx, step))
+    model, optimizer, _ = setup()
+    gen = torch.Generator().manual_seed(1)
+    loader = DataLoader(TensorDataset(torch.randn(160, 8, generator=gen), torch.randint(0, 2, (160,), generator=gen)),
+                        batch_size=8)  # 20 steps
+    with TrainingMonitor(model, optimizer, loader, log_dir=tmp_path, quiet=True, health=health):
+        for x, y in loader:
+            loss = F.cross_entropy(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    assert calls == list(range(begins))
+    records = step_records(tmp_path)
+    assert len(records) == 20 and all(r["grad_norm"] is not None for r in records)
+
+
 class NormCalls(torch.overrides.TorchFunctionMode):
     """Counts the gradient-norm calls made while it is on (the clip's own and anyone else's)."""
 

@@ -62,6 +62,11 @@ class Callback:
         """What this callback adds to summary.json, or None."""
         return None
 
+    def listens(self, hook: str) -> bool:
+        """Whether step hook ``hook`` (``"on_step_begin"``, ``"on_step_end"``) is called: when its class defines it.
+        A callback whose options leave a hook with nothing to do says False for it, so that no step calls it."""
+        return getattr(type(self), hook) is not getattr(Callback, hook)
+
 
 # feature option -> its package; every feature package has the same shape: config.py (a FeatureConfig), callback.py
 # (its Callback and build_callback(value, ctx), which returns the callback or None when the feature is off; ctx is
@@ -146,11 +151,13 @@ class CallbackSet:
 
     def step_begin(self, ctx: RunContext, step: int) -> None:
         """``on_step_begin(step)`` of each callback that has one."""
-        self._each_step(self._begin, "on_step_begin", ctx, step)
+        if self._begin:
+            self._each_step(self._begin, "on_step_begin", ctx, step)
 
     def step_end(self, ctx: RunContext, step: int) -> None:
         """``on_step_end(step)`` of each callback that has one."""
-        self._each_step(self._end, "on_step_end", ctx, step)
+        if self._end:
+            self._each_step(self._end, "on_step_end", ctx, step)
 
     def _each_step(self, callbacks: list, hook: str, ctx: RunContext, step: int) -> None:
         """``hook(ctx, step)`` of each of ``callbacks``; one that fails is dropped (or its error raised), one that
@@ -239,7 +246,7 @@ class CallbackSet:
 
     def _index(self) -> None:
         stepping = [cb for cb in self.active if id(cb) not in self._stepless]
-        self._begin = tuple(cb for cb in stepping if type(cb).on_step_begin is not Callback.on_step_begin)
-        self._end = tuple(cb for cb in stepping if type(cb).on_step_end is not Callback.on_step_end)
+        self._begin = tuple(cb for cb in stepping if cb.listens("on_step_begin"))
+        self._end = tuple(cb for cb in stepping if cb.listens("on_step_end"))
         self.riders = tuple(cb for cb in self.active if type(cb).read_along is not Callback.read_along)
         self.stepping = bool(self._begin or self._end)  # whether any listens to steps (else the monitor skips)

@@ -93,6 +93,13 @@ class HealthCallback(Callback):
             self._files["modules"] = LineFile(f"{folder}/{HEALTH_DIR}/{MODULES_JSONL}", resume, ctx.outputs)
             stack.callback(self._files["modules"].close)
 
+    def listens(self, hook: str) -> bool:
+        # a step's beginning matters to module statistics and to an anomaly's response (the step under way); the
+        # default, norms and warnings, has nothing to do there: no step calls it
+        if hook == "on_step_begin":
+            return bool(self.config.modules or self.config.on_anomaly != "warn")
+        return super().listens(hook)
+
     def on_step_begin(self, ctx: RunContext, step: int) -> None:
         self._begun = step
         if self._own_dump:
