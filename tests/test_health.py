@@ -150,10 +150,7 @@ def test_a_steps_beginning_calls_health_only_where_it_has_work(tmp_path, monkeyp
     original = HealthCallback.on_step_begin
     monkeypatch.setattr(HealthCallback, "on_step_begin", lambda self, ctx, step: calls.append(step) or original(
         self, ctx, step))
-    model, optimizer, _ = setup()
-    gen = torch.Generator().manual_seed(1)
-    loader = DataLoader(TensorDataset(torch.randn(160, 8, generator=gen), torch.randint(0, 2, (160,), generator=gen)),
-                        batch_size=8)  # 20 steps
+    model, optimizer, loader = setup(n=160)  # 20 steps
     with TrainingMonitor(model, optimizer, loader, log_dir=tmp_path, quiet=True, health=health):
         for x, y in loader:
             loss = F.cross_entropy(model(x), y)
