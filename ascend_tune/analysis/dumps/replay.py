@@ -98,12 +98,19 @@ def replay_csv(rows: list) -> bytes:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(REPLAY_COLUMNS)
+    shapes: dict = {}  # a step's rows share a few shapes and standards: each written once
+    standards: dict = {None: ""}
     for r in rows:
         m = r.metrics
         numbers = [f"{m.max_abs_err:.6g}", f"{m.max_rel_err:.6g}", f"{m.err_ratio:.6g}", f"{m.norm_err:.6g}",
                    str(m.nonfinite)] if m else [""] * 5
-        writer.writerow([r.index, r.name, r.dtype, json.dumps(list(r.shape)), r.verdict, *numbers,
-                         r.standard.text() if r.standard else "", r.reason])
+        shape = shapes.get(r.shape)
+        if shape is None:
+            shape = shapes[r.shape] = json.dumps(list(r.shape))
+        standard = standards.get(r.standard)
+        if standard is None:
+            standard = standards[r.standard] = r.standard.text()
+        writer.writerow([r.index, r.name, r.dtype, shape, r.verdict, *numbers, standard, r.reason])
     return out.getvalue().encode("utf-8")
 
 
