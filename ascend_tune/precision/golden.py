@@ -21,6 +21,7 @@ import torch
 from ..analysis.dumps.differences import ReplayError
 from ..analysis.dumps.tolerance import Standard, standard_for
 from ..recording.tensors import tensors_in
+from . import measure_kernel
 
 MAX_DEPTH = 16
 CPU = torch.device("cpu")
@@ -281,8 +282,9 @@ def measure(device: torch.Tensor, golden: torch.Tensor, rtol: float, scratch: Op
     """How far ``device`` (any dtype and device) is from ``golden`` (CPU, float64 or integer): the metrics of
     :mod:`ascend_tune.analysis.dumps.replay`. Raises Unreplayable when the shapes differ.
 
-    Memory traffic is what measuring a large tensor costs, so it is measured in the fewest passes torch has kernels
-    for, in ``scratch``'s buffers (each viewed in the tensors' shape, so neither input is copied to be flattened):
+    Memory traffic is what measuring a large tensor costs, so it is measured in two passes of compiled C where the
+    machine has a C compiler (:mod:`.measure_kernel`); else in the fewest passes torch has kernels for, in
+    ``scratch``'s buffers (each viewed in the tensors' shape, so neither input is copied to be flattened):
     the device's values converted into one and the golden ones subtracted there, the golden magnitudes written
     into the other, then one read each for the difference's extremes and the two sums of squares (``dot``, no
     square written), read back together; the relative error is written over the magnitudes and read once more.
@@ -300,10 +302,18 @@ def measure(device: torch.Tensor, golden: torch.Tensor, rtol: float, scratch: Op
         return EXACT
     if golden.dtype is not torch.float64:
         golden = golden.to(torch.float64)
-    if n <= SMALL:
+    if n <= SMALL:  # the arithmetic of replay_batch's batches, whose calls are this small: rows alike either way
         small = _measure_small(device, golden, rtol, n)
         if small is not None:
             return small
+    else:
+        fused = measure_kernel.measure(device, golden, rtol)
+        if fused is not None:  # the same figures in two passes of compiled C
+            low, high, diff_sq, gold_sq, max_rel, over = fused
+            max_abs = max(-low, high)
+            if max_abs == 0.0:
+                return EXACT
+            return ReplayError(max_abs, max_rel, min(over / n, 1.0), math.sqrt(diff_sq) / math.sqrt(gold_sq), 0)
     diff, work = (scratch or Scratch()).buffers(n)
     shape = device.shape
     diff.view(shape).copy_(device).sub_(golden)  # to the CPU and to float64 in the one copy
