@@ -121,3 +121,10 @@ def test_ranks_compiling_at_once_and_a_broken_library_in_the_cache(tmp_path):
     done = _load_in_a_new_process({"ASCEND_TUNE_CACHE": str(cache)})
     assert done.stdout.split() == ["True", "True"], done.stderr
     assert library.stat().st_size > 1000  # built again
+
+
+@compiled
+def test_a_compiler_named_with_a_wrapper(tmp_path):
+    """``CC="ccache gcc"`` and the like: the command's words, not one program's name."""
+    done = _load_in_a_new_process({"ASCEND_TUNE_CACHE": str(tmp_path), "CC": "env cc"})
+    assert done.stdout.split() == ["True", "True"], done.stderr

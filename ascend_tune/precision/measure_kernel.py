@@ -25,6 +25,7 @@ import hashlib
 import logging
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import sys
@@ -217,8 +218,8 @@ def cache_folder() -> str:
 
 
 def _compile(path: str) -> None:
-    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if not compiler:
+    compiler = shlex.split(os.environ.get("CC", "")) or [shutil.which("cc") or shutil.which("gcc") or ""]
+    if not compiler[0]:
         raise OSError("no C compiler (cc, gcc or $CC)")
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with tempfile.TemporaryDirectory() as work:
@@ -228,12 +229,12 @@ def _compile(path: str) -> None:
         built = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
         try:
             for flags in ((*FLAGS, *NATIVE), FLAGS):  # a compiler that knows no -march=native builds for the machine
-                done = subprocess.run([compiler, *flags, "-o", built, source, "-lm"], capture_output=True, text=True,
+                done = subprocess.run([*compiler, *flags, "-o", built, source, "-lm"], capture_output=True, text=True,
                                       timeout=120, stdin=subprocess.DEVNULL)
                 if done.returncode == 0:
                     break
             else:
-                raise OSError(f"{compiler} failed: {done.stderr.strip()[-300:]}")
+                raise OSError(f"{' '.join(compiler)} failed: {done.stderr.strip()[-300:]}")
             os.replace(built, path)
         finally:
             if os.path.exists(built):
