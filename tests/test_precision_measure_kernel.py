@@ -128,3 +128,27 @@ def test_a_compiler_named_with_a_wrapper(tmp_path):
     """``CC="ccache gcc"`` and the like: the command's words, not one program's name."""
     done = _load_in_a_new_process({"ASCEND_TUNE_CACHE": str(tmp_path), "CC": "env cc"})
     assert done.stdout.split() == ["True", "True"], done.stderr
+
+
+def test_a_switch_word_it_does_not_know_keeps_the_torch_passes_and_says_so(tmp_path):
+    done = _load_in_a_new_process({"ASCEND_TUNE_CACHE": str(tmp_path), "ASCEND_TUNE_NO_COMPILE": "maybe"})
+    assert done.stdout.split() == ["False", "True"], done.stderr
+    assert "ASCEND_TUNE_NO_COMPILE='maybe'" in done.stderr
+
+
+@compiled
+def test_where_the_cpu_is_not_named_the_library_is_built_for_the_machine(tmp_path, monkeypatch):
+    """No /proc/cpuinfo (macOS, a sandbox): no -march=native, whose instructions a cache shared with other hosts
+    could not vouch for."""
+    commands = []
+    run = subprocess.run
+    monkeypatch.setattr(measure_kernel.subprocess, "run", lambda command, **kw: commands.append(command) or run(
+        command, **kw))
+    monkeypatch.setattr(measure_kernel, "_cpu", lambda: "")
+    monkeypatch.setattr(measure_kernel, "_tried", False)
+    monkeypatch.setattr(measure_kernel, "_functions", {})
+    monkeypatch.setenv("ASCEND_TUNE_CACHE", str(tmp_path))
+    assert measure_kernel.available()
+    assert len(commands) == 1 and "-O3" in commands[0] and "-march=native" not in commands[0]
+    gold = torch.randn(5000, dtype=torch.float64)
+    assert measure_kernel.measure(gold.float(), gold, 1e-6) is not None

@@ -9,13 +9,13 @@ width (GCC / Clang vector extensions). On a replayed step of the small GPT of be
 measuring takes ~14 ms instead of ~32 ms (AMD EPYC, AVX2).
 
 The package ships no compiled code: the C source below is compiled once per machine by the system's C compiler
-(``$CC``, else ``cc`` / ``gcc``; ``-O3 -march=native``, else ``-O3``) into ``$ASCEND_TUNE_CACHE`` (default
-``$XDG_CACHE_HOME/ascend_tune`` or ``~/.cache/ascend_tune``), under a name keyed by the source, the flags and the
-CPU (its model and feature flags: a cache shared by hosts of several kinds keeps one library for each, and none is
-loaded where its instructions may be missing), written beside and renamed into place (ranks compiling at once each
-write their own). Without a compiler, with an unwritable cache, a library that does not load, or with
-``ASCEND_TUNE_NO_COMPILE=1``, :func:`measure` returns None and the torch passes measure: the same figures (sums in
-another order: the last bits of a sum of squares may differ).
+(``$CC``, else ``cc`` / ``gcc``; ``-O3 -march=native`` where /proc/cpuinfo names the CPU, else ``-O3``) into
+``$ASCEND_TUNE_CACHE`` (default ``$XDG_CACHE_HOME/ascend_tune`` or ``~/.cache/ascend_tune``), under a name keyed by
+the source, the flags and the CPU (its model and feature flags: a cache shared by hosts of several kinds keeps one
+library for each, and none is loaded where its instructions may be missing), written beside and renamed into place
+(ranks compiling at once each write their own). Without a compiler, with an unwritable cache, a library that does
+not load, or with ``ASCEND_TUNE_NO_COMPILE=1``, :func:`measure` returns None and the torch passes measure: the same
+figures (sums in another order: the last bits of a sum of squares may differ).
 """
 
 from __future__ import annotations
@@ -34,6 +34,9 @@ import threading
 from typing import Any, Optional
 
 import torch
+
+from ..config import env_switch
+from ..errors import ConfigError
 
 logger = logging.getLogger("ascend_tune")
 
@@ -161,7 +164,10 @@ def _load() -> dict:
     with _lock:
         if not _tried:
             try:
-                library = _library()
+                library = None if env_switch("ASCEND_TUNE_NO_COMPILE") else _library()
+            except ConfigError as exc:  # a word the switch does not know: not compiled, and said so
+                logger.warning("ascend_tune: %s; a replay measures in torch passes", exc)
+                library = None
             except Exception as exc:  # no compiler, a cache that cannot be written, a library that does not load
                 logger.debug("replay measures in torch passes: %s", exc)
                 library = None
@@ -176,31 +182,31 @@ def _load() -> dict:
     return _functions
 
 
-def _library() -> Optional[Any]:
-    if os.environ.get("ASCEND_TUNE_NO_COMPILE", "").strip().lower() in ("1", "true", "yes", "on"):
-        return None
-    key = hashlib.sha256("\0".join((SOURCE, *FLAGS, *NATIVE, _cpu())).encode()).hexdigest()[:16]
-    path = os.path.join(cache_folder(), f"measure-{key}.so")
+def _library() -> Any:
+    cpu = _cpu()
+    tries = ((*FLAGS, *NATIVE), FLAGS) if cpu else (FLAGS,)  # this CPU's instructions only where its name says which
+    key = hashlib.sha256("\0".join((SOURCE, *tries[0], sys.platform, platform.machine(), cpu)).encode())
+    path = os.path.join(cache_folder(), f"measure-{key.hexdigest()[:16]}.so")
     if os.path.exists(path):
         try:
             return ctypes.CDLL(path)
         except OSError:  # a file cut short: built again below
             pass
-    _compile(path)
+    _compile(path, tries)
     return ctypes.CDLL(path)
 
 
 def _cpu() -> str:
-    """What the library is compiled for: the machine and, on Linux, the CPU's model and feature flags (a cache
-    shared by hosts of several kinds keeps one library for each)."""
-    described = [sys.platform, platform.machine()]
+    """The CPU's model and feature flags (Linux's /proc/cpuinfo, the first processor), empty where unknown: a cache
+    shared by hosts of several kinds keeps one library for each."""
+    described = []
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
             for line in fh:
                 field = line.split(":", 1)[0].strip()
                 if field in ("model name", "flags", "Features", "CPU implementer", "CPU part"):
                     described.append(line.strip())
-                elif not line.strip() and len(described) > 2:  # the first processor's block is enough
+                elif not line.strip() and described:  # the first processor's block is enough
                     break
     except OSError:
         pass
@@ -217,7 +223,7 @@ def cache_folder() -> str:
     return folder
 
 
-def _compile(path: str) -> None:
+def _compile(path: str, tries: tuple) -> None:
     compiler = shlex.split(os.environ.get("CC", "")) or [shutil.which("cc") or shutil.which("gcc") or ""]
     if not compiler[0]:
         raise OSError("no C compiler (cc, gcc or $CC)")
@@ -228,7 +234,7 @@ def _compile(path: str) -> None:
             fh.write(SOURCE)
         built = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
         try:
-            for flags in ((*FLAGS, *NATIVE), FLAGS):  # a compiler that knows no -march=native builds for the machine
+            for flags in tries:  # a compiler that knows no -march=native builds for the machine
                 done = subprocess.run([*compiler, *flags, "-o", built, source, "-lm"], capture_output=True, text=True,
                                       timeout=120, stdin=subprocess.DEVNULL)
                 if done.returncode == 0:
