@@ -51,6 +51,22 @@ def test_the_compiled_measure_gives_the_torch_passes_figures(dtype, layout, monk
 
 
 @compiled
+@pytest.mark.parametrize("n", range(4097, 4097 + 9))  # each remainder past the vectors of 2 x 4 lanes
+@pytest.mark.parametrize("where", ["first", "last"])
+def test_the_elements_past_the_last_vectors_are_measured(n, where, monkeypatch):
+    gen = torch.Generator().manual_seed(n)
+    gold = torch.randn(n, generator=gen, dtype=torch.float64)
+    device = gold.to(torch.float32)
+    at = 0 if where == "first" else n - 1
+    device[at] = gold[at] * 1.5 + 0.25  # the largest error, and the only one over rtol
+    fused = golden.measure(device, gold, 1e-3)
+    assert fused.err_ratio == 1 / n and fused.max_abs_err == pytest.approx(abs(gold[at].item() * 0.5 + 0.25), rel=1e-6)
+    assert_same(fused, torch_passes(device, gold, 1e-3, monkeypatch))
+    device[at] = gold[at] - 1e3  # the lowest difference there
+    assert_same(golden.measure(device, gold, 1e-3), torch_passes(device, gold, 1e-3, monkeypatch))
+
+
+@compiled
 def test_values_the_c_leaves_to_the_torch_passes(monkeypatch):
     gold = torch.linspace(-2, 2, 8192, dtype=torch.float64)
     assert measure_kernel.measure(gold.clone(), gold, 1e-6) is not None

@@ -20,7 +20,6 @@ import torch
 
 from ..analysis.dumps.differences import ReplayError
 from ..analysis.dumps.tolerance import Standard, standard_for
-from ..recording.tensors import tensors_in
 from . import measure_kernel
 
 MAX_DEPTH = 16
@@ -220,15 +219,15 @@ def failure(exc: BaseException, kernel: bool = True) -> str:
 EXACT = ReplayError(0.0, 0.0, 0.0, 0.0, 0)  # a result equal to its golden twin
 
 
-def implied(name: str, kwargs: dict, args: tuple, results: list) -> bool:
+def implied(name: str, kwargs: dict, tensors: list, results: list) -> bool:
     """Whether the call ``name`` (its base name) returned its arguments' own values, rearranged: each result is
     an argument of its dtype or a view of one, from a call that writes nothing (its caller checks that no
-    argument's version moved). A view moves no data on the device, and its float64 replay gives those values
-    upcast, exactly: an error of 0 without a recompute."""
+    argument's version moved); ``tensors``: the tensors among its arguments. A view moves no data on the device,
+    and its float64 replay gives those values upcast, exactly: an error of 0 without a recompute."""
     if not results or is_inplace(name, kwargs) or kwargs.get("out") is not None or \
             name.rpartition(".")[2] in TIE_BREAKING:
         return False
-    sources = {(_storage(t), t.dtype) for t in tensors_in((args, kwargs))}
+    sources = {(_storage(t), t.dtype) for t in tensors}
     return all(t.numel() and (_storage(t), t.dtype) in sources for t in results)
 
 

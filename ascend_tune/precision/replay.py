@@ -103,13 +103,15 @@ class StepReplay:
         try:
             with internal(), torch._C.DisableTorchFunction():
                 watch = None
+                outputs = tensors_in(out)
                 if self._backward and reason is None and torch.is_grad_enabled() and self._engine.recording:
-                    watch = self._watch(name, func, args, kwargs, out, caller)
-                results = _results(name, kwargs, out, args)
+                    watch = self._watch(name, func, args, kwargs, outputs, caller,
+                                        tensors if versions is not None else tensors_in((args, kwargs)))
+                results = _results(name, kwargs, outputs, args)
                 unchanged = versions is not None and versions == [t._version for t in tensors]
                 if deferrable and not unchanged:
                     reason = "it changed an argument in place: its inputs were not copied before it ran"
-                elif reason is None and unchanged and golden.implied(base, kwargs, args, results):
+                elif reason is None and unchanged and golden.implied(base, kwargs, tensors, results):
                     self.rows.add(name, results[0], PASS, golden.EXACT, golden.standard_of(results))
                     return out
                 elif deferrable and watch is not None:
@@ -121,7 +123,7 @@ class StepReplay:
                     self._batches.commit(staged, results[0], caller)
                     return out
                 if self._forward:
-                    self._forward_row(name, func, kwargs, out, args, copies, reason, caller)
+                    self._forward_row(name, func, results, copies, reason, caller)
                 copies = None
         except Exception as exc:
             self._engine.fail(exc)
@@ -158,14 +160,14 @@ class StepReplay:
         except Unreplayable:
             return None  # refusals were ruled out before the call
 
-    def _forward_row(self, name: str, func: Any, kwargs: dict, out: Any, args: tuple, copies: Optional[tuple],
-                     reason: Optional[str], caller: Optional[FrameType]) -> None:
-        device_out = _results(name, kwargs, out, args)
+    def _forward_row(self, name: str, func: Any, device_out: list, copies: Optional[tuple], reason: Optional[str],
+                     caller: Optional[FrameType]) -> None:
+        """The forward's row: ``device_out`` (the call's :func:`_results`) against the replay on ``copies``."""
         if reason is None and copies is not None:
             try:
                 gargs, gkwargs = copies  # detached copies: no graph is recorded for them
                 gold = golden.run_on_cpu(func, gargs, gkwargs)
-                gold_out = _results(name, gkwargs, gold, gargs)
+                gold_out = _results(name, gkwargs, tensors_in(gold), gargs)
                 del copies, gargs, gkwargs, gold
                 self._compare(name, device_out, gold_out, golden.standard_of(device_out), caller=caller)
                 return
@@ -199,7 +201,7 @@ class StepReplay:
             if gold is None:
                 gargs, gkwargs = GoldenCopy().call_args(watch.func, watch.args, watch.kwargs)
                 gold = golden.run_on_cpu(watch.func, gargs, gkwargs)
-            gold_out = [t.detach() for t in _results(forward.name, gkwargs or {}, gold, gargs)]
+            gold_out = [t.detach() for t in _results(forward.name, gkwargs or {}, tensors_in(gold), gargs)]
             self._compare(forward.name, device_out, gold_out, golden.standard_of(device_out),
                           stack_id=watch.stack_id, at=at)
         except Unreplayable as exc:
@@ -237,22 +239,21 @@ class StepReplay:
 
     # --- backward ---------------------------------------------------------------------------------------------
 
-    def _watch(self, name: str, func: Any, args: tuple, kwargs: dict, out: Any,
-               caller: Optional[FrameType]) -> Optional[BackwardWatch]:
+    def _watch(self, name: str, func: Any, args: tuple, kwargs: dict, results: list, caller: Optional[FrameType],
+               args_list: list) -> Optional[BackwardWatch]:
         """Hook the call's backward where it can be replayed (the watch awaiting it, returned), or list it as
-        skipped when its backward runs."""
-        outputs = [t for t in tensors_in(out) if t.grad_fn is not None]
+        skipped when its backward runs; ``results``: the tensors of its result, ``args_list``: of its arguments."""
+        outputs = [t for t in results if t.grad_fn is not None]
         if not outputs:
             return None
         bw_name = name[: -len("forward")] + "backward"
         root = outputs[0].grad_fn
-        args_list = tensors_in((args, kwargs))
         if any(t.grad_fn is root for t in args_list):  # x.float() of a float returns x: not this call's node
             return None
         why = None
         if golden.is_inplace(_base(name), kwargs):
             why = "in-place call: its inputs are overwritten, its backward cannot be recomputed"
-        elif len(tensors_in(out)) != 1:
+        elif len(results) != 1:
             why = "several outputs: their gradients are not replayed"
         boundary: dict = {}
         if why is None:
@@ -369,9 +370,9 @@ class StepReplay:
 
 
 
-def _results(name: str, kwargs: dict, out: Any, args: tuple) -> list:
-    """The tensors to compare: the call's results; for a call returning nothing (``__setitem__``), what it wrote."""
-    tensors = tensors_in(out)
+def _results(name: str, kwargs: dict, tensors: list, args: tuple) -> list:
+    """The tensors to compare: the call's results (``tensors``: those of what it returned); for a call returning
+    nothing (``__setitem__``), what it wrote."""
     if not tensors and golden.is_inplace(_base(name), kwargs) and args:
         tensors = tensors_in(args[0])
     return tensors

@@ -68,4 +68,4 @@ def _dtype(t: Like) -> str:
 
 
 def _shape(t: Like) -> tuple:
-    return tuple(int(s) for s in t.shape) if isinstance(t, (torch.Tensor, Described)) else ()
+    return tuple(t.shape) if isinstance(t, (torch.Tensor, Described)) else ()

@@ -23,7 +23,7 @@ def tensors_in(value: Any, depth: int = 0) -> list:
         for item in value:
             if isinstance(item, torch.Tensor):
                 out.append(item)
-            elif isinstance(item, (list, tuple, dict)):
+            elif isinstance(item, (list, tuple, dict)) and item:  # an empty one (no kwargs) holds none
                 out.extend(tensors_in(item, depth + 1))
         return out
     return []
