@@ -11,6 +11,9 @@ import json
 import logging
 import math
 import os
+import platform
+import subprocess
+import sys
 import warnings
 
 import pytest
@@ -408,3 +411,19 @@ def test_a_collective_is_skipped_not_replayed(tmp_path):
     reasons = {r["name"]: r["reason"] for r in rows}
     assert reasons["Distributed.all_reduce.0.forward"].startswith("collective:")
     assert {r["verdict"] for r in rows if r["name"] != "Distributed.all_reduce.0.forward"} == {"pass"}
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="the fresh pages a step meets are glibc malloc's doing")
+def test_a_replayed_step_meets_no_fresh_pages_and_the_same_losses():
+    """glibc gives the freed top of its heap back to the system past twice its mmap threshold; a replay's float64
+    blocks of ~1 MB, freed within each call, met fresh pages again in every call until the replay raised that
+    threshold (golden.keep_freed_memory): each run is a fresh process, with malloc's thresholds of one."""
+    script = os.path.join(os.path.dirname(__file__), "scripts", "replay_memory.py")
+    runs = {}
+    for how in ("keep", "drop"):
+        done = subprocess.run([sys.executable, script, how], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        runs[how] = json.loads(done.stdout.strip().splitlines()[-1])
+    assert runs["keep"]["losses"] == runs["drop"]["losses"]
+    assert runs["drop"]["faults"] > 500, runs  # what the replay meets without it: the test's premise
+    assert runs["keep"]["faults"] * 10 < runs["drop"]["faults"], runs

@@ -27,6 +27,10 @@ counter at that time lists the forward as skipped; the step's end runs the forwa
 calls of its kind, replayed by one float64 call at the step's end, each call's row in its place
 (:mod:`.replay_batch`: the rows are those of the calls replayed alone).
 
+**Memory**: before its first replayed step, a process's malloc is made to keep the blocks a replay frees
+(:func:`.golden.keep_freed_memory`): the float64 copies and recomputes, a few MB each and freed within their call,
+otherwise meet fresh pages from the system in every call.
+
 The replay's own tensor work (the copies, the CPU recompute, the measures) runs under ``frames.internal()`` with
 torch function handling off (``torch._C.DisableTorchFunction``): the copies are plain CPU tensors, and a dump's mode
 running beside the replay (``precision=[dump, replay]``) would otherwise be entered, for nothing, by each of those
@@ -70,6 +74,8 @@ class StepReplay:
         self._forward = engine.want("forward", "output")
         self._scratch = golden.Scratch()
         self._batches = Batches(self.rows, engine.stacks, engine.lock, self._scratch)
+        with internal(), torch._C.DisableTorchFunction():  # a dump's mode beside it sees no call of ours
+            golden.keep_freed_memory()
 
     # --- forward ----------------------------------------------------------------------------------------------
 

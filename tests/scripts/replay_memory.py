@@ -1,0 +1,46 @@
+"""Run by tests/test_precision_replay.py in a fresh process (malloc's thresholds are those of a new process): six
+steps of a small GPT (dim 128, 64 tokens: float64 copies and recomputes of ~1 MB) replayed from the second on,
+under TrainingMonitor. Prints one JSON line: the fewest minor page faults of its last two steps (the fresh
+pages one met, once the heap has grown to the step's needs) and the losses.
+
+Usage: python replay_memory.py keep|drop. ``drop`` replaces ``golden.keep_freed_memory`` by a function that does
+nothing, before the monitor starts: the replay as it would be without it.
+"""
+
+import json
+import resource
+import sys
+import tempfile
+
+import torch
+
+from ascend_tune import TrainingMonitor
+from ascend_tune.precision import golden
+from ascend_tune.testing.models import TinyGPT, synthetic_tokens
+
+
+def main(how: str) -> None:
+    if how == "drop":
+        golden.keep_freed_memory = lambda: None
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = TinyGPT(vocab=64, block=64, dim=128, layers=2, softmax_blocks=1, dropout=0.1)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x, y = synthetic_tokens(n=8, block=64, vocab=64).tensors
+    losses, faults = [], []
+    with tempfile.TemporaryDirectory() as log_dir:
+        with TrainingMonitor(model, optimizer, log_dir=log_dir, quiet=True, tune=False, warmup_steps=0,
+                             precision=dict(task="replay", steps=[1, 2, 3, 4, 5])):
+            for _ in range(6):
+                before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+                loss = model(x, y)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+                losses.append(loss.item())
+    print(json.dumps({"faults": min(faults[-2:]), "losses": losses}))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
