@@ -414,7 +414,7 @@ def test_a_collective_is_skipped_not_replayed(tmp_path):
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="the fresh pages a step meets are glibc malloc's doing")
-def test_a_replayed_step_meets_no_fresh_pages_and_the_same_losses():
+def test_a_replayed_step_meets_few_fresh_pages_and_the_same_losses():
     """glibc gives the freed top of its heap back to the system past twice its mmap threshold; a replay's float64
     blocks of ~1 MB, freed within each call, met fresh pages again in every call until the replay raised that
     threshold (golden.keep_freed_memory): each run is a fresh process, with malloc's thresholds of one."""
@@ -425,5 +425,6 @@ def test_a_replayed_step_meets_no_fresh_pages_and_the_same_losses():
         assert done.returncode == 0, done.stderr[-2000:]
         runs[how] = json.loads(done.stdout.strip().splitlines()[-1])
     assert runs["keep"]["losses"] == runs["drop"]["losses"]
-    assert runs["drop"]["faults"] > 500, runs  # what the replay meets without it: the test's premise
-    assert runs["keep"]["faults"] * 10 < runs["drop"]["faults"], runs
+    # six replayed steps: without it ~20,000 (600-9,000 a step); with it ~1,000 (0-650 a step)
+    assert runs["drop"]["faults"] > 6000, runs  # what the replay meets without it: the test's premise
+    assert runs["keep"]["faults"] * 5 < runs["drop"]["faults"], runs

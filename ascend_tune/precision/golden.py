@@ -267,11 +267,12 @@ def keep_freed_memory() -> None:
 
     glibc serves a block past its mmap threshold (128 KiB at first) with a fresh mapping, and gives back to the
     system the free memory at the heap's top past twice that threshold; both thresholds rise only when a mapped
-    block is freed, to that block's size (32 MiB at most). A real model's first step frees such blocks; the small
-    GPT of benchmarks/replay_overhead.py never does, and its replayed step, whose float64 copies and recomputes
-    of a few MB are freed within each call, met ~3,000 fresh pages a step (5.5 ms of system time in a 125 ms
-    step; 50 after this). The thresholds are those any program freeing a 32 MB tensor sets; plain steps met no
-    fresh page either way. Elsewhere (another allocator) it is one allocation and its free."""
+    block is freed, to that block's size (32 MiB at most), as in any program that frees a 32 MB tensor. The small
+    GPT of benchmarks/replay_overhead.py frees none, and its replayed step, whose float64 copies and recomputes of
+    a few MB are freed within each call, met ~3,000 fresh pages a step (5.5 ms of system time in a 125 ms step);
+    after this, tens (a few hundred in some steps), the step ~3% shorter. What glibc keeps is at most twice the
+    block; plain steps met no fresh page either way. Elsewhere (another allocator) it is one allocation and its
+    free."""
     global _held
     if not _held:
         _held = True
