@@ -428,3 +428,22 @@ def test_a_replayed_step_meets_few_fresh_pages_and_the_same_losses():
     # six replayed steps: without it ~20,000 (600-9,000 a step); with it ~1,000 (0-650 a step)
     assert runs["drop"]["faults"] > 6000, runs  # what the replay meets without it: the test's premise
     assert runs["keep"]["faults"] * 5 < runs["drop"]["faults"], runs
+
+
+def test_a_replay_whose_memory_block_cannot_be_had_runs_as_it_would_without_it(tmp_path, monkeypatch):
+    from ascend_tune.precision import golden
+
+    empty = torch.empty
+
+    def no_block(*args, **kwargs):
+        if args and args[0] == golden.HELD_BLOCK:
+            raise RuntimeError("DefaultCPUAllocator: can't allocate memory")
+        return empty(*args, **kwargs)
+
+    monkeypatch.setattr(golden, "_held", False)
+    monkeypatch.setattr(torch, "empty", no_block)
+    train(tmp_path / "run", precision=dict(task="replay", steps=[0]))
+    monkeypatch.setattr(torch, "empty", empty)
+    summary, rows = replayed(tmp_path / "run")
+    assert golden._held
+    assert summary["checked"] > 0 and {r["verdict"] for r in rows} <= {"pass", "skipped"}
