@@ -417,7 +417,7 @@ def test_a_collective_is_skipped_not_replayed(tmp_path):
 def test_a_replayed_step_meets_few_fresh_pages_and_the_same_losses():
     """glibc gives the freed top of its heap back to the system past twice its mmap threshold; a replay's float64
     blocks of ~1 MB, freed within each call, met fresh pages again in every call until the replay raised that
-    threshold (golden.keep_freed_memory): each run is a fresh process, with malloc's thresholds of one."""
+    threshold (heap.keep_freed_memory): each run is a fresh process, with malloc's thresholds of one."""
     script = os.path.join(os.path.dirname(__file__), "scripts", "replay_memory.py")
     runs = {}
     for how in ("keep", "drop"):
@@ -431,19 +431,19 @@ def test_a_replayed_step_meets_few_fresh_pages_and_the_same_losses():
 
 
 def test_a_replay_whose_memory_block_cannot_be_had_runs_as_it_would_without_it(tmp_path, monkeypatch):
-    from ascend_tune.precision import golden
+    from ascend_tune.precision import heap
 
     empty = torch.empty
 
     def no_block(*args, **kwargs):
-        if args and args[0] == golden.HELD_BLOCK:
+        if args and args[0] == heap.HELD_BLOCK:
             raise RuntimeError("DefaultCPUAllocator: can't allocate memory")
         return empty(*args, **kwargs)
 
-    monkeypatch.setattr(golden, "_held", False)
+    monkeypatch.setattr(heap, "_held", False)
     monkeypatch.setattr(torch, "empty", no_block)
     train(tmp_path / "run", precision=dict(task="replay", steps=[0]))
     monkeypatch.setattr(torch, "empty", empty)
     summary, rows = replayed(tmp_path / "run")
-    assert golden._held
+    assert heap._held
     assert summary["checked"] > 0 and {r["verdict"] for r in rows} <= {"pass", "skipped"}

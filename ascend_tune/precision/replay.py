@@ -28,7 +28,7 @@ calls of its kind, replayed by one float64 call at the step's end, each call's r
 (:mod:`.replay_batch`: the rows are those of the calls replayed alone).
 
 **Memory**: before its first replayed step, a process's malloc is made to keep the blocks a replay frees
-(:func:`.golden.keep_freed_memory`): the float64 copies and recomputes, a few MB each and freed within their call,
+(:func:`.heap.keep_freed_memory`): the float64 copies and recomputes, a few MB each and freed within their call,
 otherwise meet fresh pages from the system in every call.
 
 The replay's own tensor work (the copies, the CPU recompute, the measures) runs under ``frames.internal()`` with
@@ -54,7 +54,7 @@ from ..formats.dump_layout import REPLAY_CSV, REPLAY_JSON
 from ..formats.writing import make_folder, write_atomic, write_json_atomic
 from ..recording.frames import internal, on_behalf
 from ..recording.tensors import tensors_in
-from . import golden
+from . import golden, heap
 from .backward_watch import BackwardWatch, DeferredForward, WaitingForwards, graph_of_call
 from .golden import GoldenCopy, Unreplayable
 from .replay_batch import Batches
@@ -75,7 +75,7 @@ class StepReplay:
         self._scratch = golden.Scratch()
         self._batches = Batches(self.rows, engine.stacks, engine.lock, self._scratch)
         with internal(), torch._C.DisableTorchFunction():  # a dump's mode beside it sees no call of ours
-            golden.keep_freed_memory()
+            heap.keep_freed_memory()
 
     # --- forward ----------------------------------------------------------------------------------------------
 

@@ -3,7 +3,7 @@ steps of a small GPT (dim 128, 64 tokens: float64 copies and recomputes of ~1 MB
 under TrainingMonitor. Prints one JSON line: the minor page faults of its last six steps, added (the fresh pages
 they met, once the first replayed step has grown the heap to a step's needs), and the losses.
 
-Usage: python replay_memory.py keep|drop. ``drop`` replaces ``golden.keep_freed_memory`` by a function that does
+Usage: python replay_memory.py keep|drop. ``drop`` replaces ``heap.keep_freed_memory`` by a function that does
 nothing, before the monitor starts: the replay as it would be without it.
 """
 
@@ -15,13 +15,13 @@ import tempfile
 import torch
 
 from ascend_tune import TrainingMonitor
-from ascend_tune.precision import golden
+from ascend_tune.precision import heap
 from ascend_tune.testing.models import TinyGPT, synthetic_tokens
 
 
 def main(how: str) -> None:
     if how == "drop":
-        golden.keep_freed_memory = lambda: None
+        heap.keep_freed_memory = lambda: None
     torch.set_num_threads(1)
     torch.manual_seed(0)
     model = TinyGPT(vocab=64, block=64, dim=128, layers=2, softmax_blocks=1, dropout=0.1)
