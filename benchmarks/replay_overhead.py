@@ -33,6 +33,7 @@ import time
 import torch
 
 from ascend_tune import TrainingMonitor
+from ascend_tune.contract import native
 from ascend_tune.precision import measure_kernel
 from ascend_tune.testing.models import TinyGPT, synthetic_tokens
 
@@ -142,7 +143,7 @@ def main(argv: list = None) -> int:
           f"({args.warmup} warm-up) x {args.repeats} repeats, 1 thread; best median step, as a ratio to the plain "
           "step")
     compiled = measure_kernel.available()  # built here, before any timing, when it is not in the cache yet
-    print("  large results measured " + (f"in compiled C ({measure_kernel.cache_folder()})" if compiled else
+    print("  large results measured " + (f"in compiled C ({native.cache_folder()})" if compiled else
                                          "in torch passes (no C compiler, or ASCEND_TUNE_NO_COMPILE=1)"))
     if args.dim is not None:
         configs = [dict(dim=args.dim, block=args.block)]

@@ -13,6 +13,7 @@ import torch
 from conftest import train_gpt
 from test_precision_replay import broken_kernel, gelu_1e3_off, replayed
 
+from ascend_tune.contract import native
 from ascend_tune.precision import golden, measure_kernel
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -158,9 +159,9 @@ def test_where_the_cpu_is_not_named_the_library_is_built_for_the_machine(tmp_pat
     could not vouch for."""
     commands = []
     run = subprocess.run
-    monkeypatch.setattr(measure_kernel.subprocess, "run", lambda command, **kw: commands.append(command) or run(
+    monkeypatch.setattr(subprocess, "run", lambda command, **kw: commands.append(command) or run(
         command, **kw))
-    monkeypatch.setattr(measure_kernel, "_cpu", lambda: "")
+    monkeypatch.setattr(native, "cpu", lambda: "")
     monkeypatch.setattr(measure_kernel, "_tried", False)
     monkeypatch.setattr(measure_kernel, "_functions", {})
     monkeypatch.setenv("ASCEND_TUNE_CACHE", str(tmp_path))

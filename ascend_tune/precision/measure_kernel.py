@@ -26,17 +26,14 @@ import hashlib
 import logging
 import os
 import platform
-import shlex
-import shutil
-import subprocess
 import sys
-import tempfile
 import threading
 from typing import Any, Optional
 
 import torch
 
 from ..config import env_switch
+from ..contract import native
 from ..errors import ConfigError
 
 logger = logging.getLogger("ascend_tune")
@@ -189,65 +186,14 @@ def _load() -> dict:
 
 
 def _library() -> Any:
-    cpu = _cpu()
+    cpu = native.cpu()
     tries = ((*FLAGS, *NATIVE), FLAGS) if cpu else (FLAGS,)  # this CPU's instructions only where its name says which
     key = hashlib.sha256("\0".join((SOURCE, *tries[0], sys.platform, platform.machine(), cpu)).encode())
-    path = os.path.join(cache_folder(), f"measure-{key.hexdigest()[:16]}.so")
+    path = os.path.join(native.cache_folder(), f"measure-{key.hexdigest()[:16]}.so")
     if os.path.exists(path):
         try:
             return ctypes.CDLL(path)
         except OSError:  # a file cut short: built again below
             pass
-    _compile(path, tries)
+    native.build(path, "measure.c", SOURCE, tries, ("-lm",))
     return ctypes.CDLL(path)
-
-
-def _cpu() -> str:
-    """The CPU's model and feature flags (Linux's /proc/cpuinfo, the first processor), empty where unknown: a cache
-    shared by hosts of several kinds keeps one library for each."""
-    described = []
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                field = line.split(":", 1)[0].strip()
-                if field in ("model name", "flags", "Features", "CPU implementer", "CPU part"):
-                    described.append(line.strip())
-                elif not line.strip() and described:  # the first processor's block is enough
-                    break
-    except OSError:
-        pass
-    return "\n".join(described)
-
-
-def cache_folder() -> str:
-    """Where the compiled library is kept: ``$ASCEND_TUNE_CACHE``, else ``$XDG_CACHE_HOME/ascend_tune``, else
-    ``~/.cache/ascend_tune``."""
-    folder = os.environ.get("ASCEND_TUNE_CACHE")
-    if not folder:
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        folder = os.path.join(base, "ascend_tune")
-    return folder
-
-
-def _compile(path: str, tries: tuple) -> None:
-    compiler = shlex.split(os.environ.get("CC", "")) or [shutil.which("cc") or shutil.which("gcc") or ""]
-    if not compiler[0]:
-        raise OSError("no C compiler (cc, gcc or $CC)")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with tempfile.TemporaryDirectory() as work:
-        source = os.path.join(work, "measure.c")
-        with open(source, "w") as fh:
-            fh.write(SOURCE)
-        built = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
-        try:
-            for flags in tries:  # a compiler that knows no -march=native builds for the machine
-                done = subprocess.run([*compiler, *flags, "-o", built, source, "-lm"], capture_output=True, text=True,
-                                      timeout=120, stdin=subprocess.DEVNULL)
-                if done.returncode == 0:
-                    break
-            else:
-                raise OSError(f"{' '.join(compiler)} failed: {done.stderr.strip()[-300:]}")
-            os.replace(built, path)
-        finally:
-            if os.path.exists(built):
-                os.remove(built)
