@@ -9,6 +9,8 @@ over the repeats:
 
 - the monitor at ``log_every=1``, ``10`` and ``100`` (``quiet=True``, ``tune=False``: the fused-optimizer swap is a
   speed-up of its own, measured in optimizer_swap.py);
+- the same on the Python step path at ``log_every=10`` and ``100``, where the step path is compiled
+  (runtime/compiled.py): what the C twins of the per-step hooks save, in the same interleaving;
 - the guide's snippet the monitor replaces: ``loss.item()`` and a ``logging`` line to a file every step;
 - two floors at the monitor's own hook points (the patched ``torch.autograd.backward``, the optimizer's step pre-
   and post-hook, a generator around the loader): "hooks, no-op" calls through them and does nothing else; "a
@@ -32,6 +34,7 @@ Usage: python benchmarks/monitor_overhead.py [--steps 2000] [--repeats 7] [--mlp
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import statistics
@@ -46,6 +49,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from ascend_tune import TrainingMonitor
+from ascend_tune.runtime import compiled
 from ascend_tune.runtime.capture import iterate_marked
 
 GOALS = {1: 1 / 3, 10: 1 / 6}  # the monitor's own cost a step over the snippet's, end to end
@@ -119,11 +123,13 @@ def run_bare(setup, out: str) -> float:
     return timed_loop(setup)
 
 
-def run_monitored(log_every: int):
+def run_monitored(log_every: int, python: bool = False):
+    """The monitor at ``log_every``; ``python``: on the Python step path where the compiled one is built."""
     def run(setup, out: str) -> float:
         model, optimizer, loader = setup
-        with TrainingMonitor(model, optimizer, loader, log_dir=out, log_every=log_every, quiet=True, tune=False):
-            return timed_loop(setup)
+        with compiled.python_only() if python else contextlib.nullcontext():
+            with TrainingMonitor(model, optimizer, loader, log_dir=out, log_every=log_every, quiet=True, tune=False):
+                return timed_loop(setup)
 
     return run
 
@@ -234,6 +240,7 @@ def run_minimal_tracker(setup, out: str) -> float:
 
 
 FLOORS = ("floor: hooks, no-op", "floor: a minimal step tracker")
+PYTHON_PATH = "monitor, Python path"  # the step path uncompiled (runtime/compiled.py), where it is compiled
 
 
 def interleaved(modes: dict, make, steps: int, repeats: int) -> dict:
@@ -406,6 +413,8 @@ def main(argv=None) -> int:
     modes = {"bare": run_bare, **{f"monitor log_every={k}": run_monitored(k) for k in (1, 10, 100)},
              "seed snippet item()+logging": run_seed_snippet, FLOORS[0]: run_hooks_noop,
              FLOORS[1]: run_minimal_tracker}
+    if compiled.module() is not None:  # the Python step path beside the compiled one, in the same interleaving
+        modes.update({f"{PYTHON_PATH} log_every={k}": run_monitored(k, python=True) for k in (10, 100)})
     seconds = interleaved(modes, make_tiny_setup, args.steps, args.repeats)
     bare_step = statistics.median(seconds["bare"]) / args.steps
     print(f"monitor_overhead: Linear(4, 2), {args.steps} steps x {args.repeats} interleaved repeats, bare step "
@@ -414,12 +423,13 @@ def main(argv=None) -> int:
     snippet = least["seed snippet item()+logging"]
     for name in median:
         every = int(name.rsplit("=", 1)[1]) if name.startswith("monitor") else None
-        calls = f", {calls_per_step(every):5.1f} Python calls" if every is not None else ""
-        goal = GOALS.get(every) if every is not None else None
+        with compiled.python_only() if name.startswith(PYTHON_PATH) else contextlib.nullcontext():
+            calls = f", {calls_per_step(every):5.1f} Python calls" if every is not None else ""
+        goal = GOALS.get(every) if every is not None and not name.startswith(PYTHON_PATH) else None
         shown = f" = {least[name] / snippet:.2f}x the snippet (goal <= {goal:.2f}x)" if goal is not None else ""
         if name in FLOORS:
             shown = f" = {least[name] / snippet:.2f}x the snippet"
-        print(f"  {name:<30} median {median[name] * 1e6:6.1f} us, min {least[name] * 1e6:6.1f} us/step{calls}"
+        print(f"  {name:<35} median {median[name] * 1e6:6.1f} us, min {least[name] * 1e6:6.1f} us/step{calls}"
               f"{shown}")
     if args.mlp_repeats > 0:  # 0: the MLP row is left out
         batch = args.mlp_batch or mlp_batch(MLP_STEP)

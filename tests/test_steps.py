@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ascend_tune.runtime import compiled, steps
 from ascend_tune.runtime.steps import StepTracker
 
 losses = st.floats(min_value=-100, max_value=100, allow_nan=False).map(lambda x: round(x, 3))
@@ -24,6 +25,19 @@ iteration = st.one_of(
 )
 
 G, D = "generator optimizer", "discriminator optimizer"
+
+
+@pytest.fixture(autouse=True, scope="module", params=["python", "compiled"])
+def tracker_class(request):
+    """Every test of this file runs on the Python StepTracker and on the compiled one (runtime/step_path.c), which
+    must close, number and commit the same steps."""
+    global StepTracker
+    chosen = steps.StepTracker if request.param == "python" else compiled.tracker_class()
+    if chosen is steps.StepTracker and request.param == "compiled":
+        pytest.skip("the step path is not compiled here (no C compiler or no Python.h)")
+    StepTracker = chosen
+    yield chosen
+    StepTracker = steps.StepTracker
 
 
 class Loop:

@@ -24,8 +24,8 @@ logger = logging.getLogger("ascend_tune")
 
 def patch_backward(
     stack: contextlib.ExitStack, on_loss: Callable[[torch.Tensor], bool], on_done: Callable[[], None],
-    host: HostTimes,
-) -> None:
+    host: HostTimes, compiled: Optional[Callable[..., Any]] = None,
+) -> Callable[..., Any]:
     """Report every scalar tensor back-propagated through ``torch.autograd.backward`` (``on_loss(loss)``), and,
     when ``on_loss`` returned True, when its backward ends (``on_done()``); add the host seconds the call took after
     ``on_loss`` returned to ``host.backward``.
@@ -36,6 +36,10 @@ def patch_backward(
     thread the autograd engine runs that node (an accelerator's device thread), which torch's graph-task id tells
     (-1 on a thread that runs no backward) where a depth kept by this wrapper would not. It runs on every backward,
     so the usual case (``loss.backward()``, not inside our own work) calls nothing but the two reports.
+
+    ``compiled``: where the step path is compiled (:mod:`.compiled`), the factory of this wrapper's C twin,
+    ``compiled(original, on_done, graph_task, THREAD_MARKS, _scalar)``, ``on_loss`` and ``host`` bound in it.
+    Returns the wrapper installed.
     """
     original = torch.autograd.backward
     clock = time.perf_counter
@@ -54,8 +58,11 @@ def patch_backward(
             on_done()
         return result
 
+    if compiled is not None:
+        backward = compiled(original, on_done, graph_task, THREAD_MARKS, _scalar)
     torch.autograd.backward = backward
     stack.callback(setattr, torch.autograd, "backward", original)
+    return backward
 
 
 def _scalar(tensors: Any) -> Optional[torch.Tensor]:
@@ -212,13 +219,15 @@ def wrap_loader(
     on_batch: Callable[[Any, float], None],
     begun: bool = False,
     indices: Optional[BatchIndices] = None,
+    iterate: Callable[..., Iterator] = iterate_marked,
 ) -> bool:
     """Wrap one loader instance in place by swapping its class for a subclass; False if it cannot be swapped.
     ``begun``: the loop is already in its first pass (the next ``__iter__`` begins the second).
 
     ``DataLoader.__iter__`` is looked up on the type, so patching the instance would not work, and patching
     ``_BaseDataLoaderIter`` (as ptdbg and msprobe did) would touch every loader in the process. ``indices``: where
-    the sample indices of the batches go once a feature turns it on (:class:`BatchIndices`).
+    the sample indices of the batches go once a feature turns it on (:class:`BatchIndices`). ``iterate``:
+    :func:`iterate_marked` or its compiled twin.
     """
     original = type(loader)
     if getattr(original, "__ascend_tune_wrapped__", False):
@@ -240,19 +249,19 @@ def wrap_loader(
     tracker = EpochTracker()
     if begun:
         tracker.begun(loader)
-    object.__setattr__(loader, "_ascend_tune_marks", (tracker, on_pass, on_batch, indices))
+    object.__setattr__(loader, "_ascend_tune_marks", (tracker, on_pass, on_batch, indices, iterate))
     stack.callback(_unwrap, loader, original)
     return True
 
 
 def _marked_iter(self: Any) -> Iterator:
-    tracker, on_pass, on_batch, indices = self.__dict__["_ascend_tune_marks"]
+    tracker, on_pass, on_batch, indices, iterate = self.__dict__["_ascend_tune_marks"]
     on_pass(tracker.begin_pass(self))
     # torch names only __next__ in a trace; starting a pass (worker start-up, the sampler's seed read with .item())
     # is loader work too, named the same way so the advisor counts it as the loader's, not as a host sync of the step
     with torch.profiler.record_function(f"enumerate(DataLoader)#{type(self).__name__}.__iter__"):
         iterator = super(type(self), self).__iter__()
-    return iterate_marked(iterator, on_batch, indices)
+    return iterate(iterator, on_batch, indices)
 
 
 def _unwrap(loader: Any, original: type) -> None:
@@ -277,15 +286,17 @@ def batch_size(batch: Any) -> Optional[int]:
 class MarkedLoader:
     """What ``mon.loader(dl)`` returns: iterates ``dl`` with each batch marked as a step boundary."""
 
-    def __init__(self, loader: Iterable, on_pass: Any, on_batch: Any):
+    def __init__(self, loader: Iterable, on_pass: Any, on_batch: Any,
+                 iterate: Callable[..., Iterator] = iterate_marked):
         self._loader = loader
         self._on_pass = on_pass
         self._on_batch = on_batch
+        self._iterate = iterate
         self._epochs = EpochTracker()
 
     def __iter__(self) -> Iterator:
         self._on_pass(self._epochs.begin_pass(self._loader))
-        return iterate_marked(iter(self._loader), self._on_batch)
+        return self._iterate(iter(self._loader), self._on_batch)
 
     def __len__(self) -> int:
         return len(self._loader)  # type: ignore[arg-type]

@@ -28,13 +28,13 @@ from ..contract.outputs import Outputs
 from ..errors import ConfigError
 from ..formats.run_dir import RunDir
 from ..recording.frames import INTERNAL, internal
-from . import capture, sinks, step_clock
+from . import capture, compiled, sinks, step_clock
 from .host_times import HostTimes
 from .log_windows import LogWindows
 from .optimizer_watch import OptimizerWatch, model_name
 from .options import MonitorOptions, check_objects
 from .sigterm import SigtermHandler
-from .steps import OPTIMIZER, WATCH, ClosedStep, StepTracker
+from .steps import OPTIMIZER, WATCH, ClosedStep
 
 logger = logging.getLogger("ascend_tune")
 
@@ -134,7 +134,8 @@ class TrainingMonitor:
             self._reset_state()
             if self.rank == 0 or self.world_size > 1:
                 self._open_outputs(stack)
-            capture.patch_backward(stack, self._on_backward, self._on_backward_done, self._host)
+            # the backward patch; the batch and commit hooks: their compiled twins where the step path is built
+            self._batch_hook, self._iterate = compiled.hook_steps(stack, self)
             capture.patch_grad_scaler(stack, self._on_scale, self._on_scaler_step, extra=self.scaler)
             if self.optimizer is not None:
                 capture.hook_optimizer(stack, self.optimizer, self._tracker.step_pre_hook,
@@ -148,8 +149,8 @@ class TrainingMonitor:
             self._callbacks = CallbackSet(built, self.callbacks, self._events.warn)
             self._callbacks.enter(self._ctx, stack)
             if self.train_loader is not None:
-                if capture.wrap_loader(stack, self.train_loader, self._on_pass, self._on_batch,
-                                       indices=self._batches):
+                if capture.wrap_loader(stack, self.train_loader, self._on_pass, self._batch_hook,
+                                       indices=self._batches, iterate=self._iterate):
                     self._tracker.count_batches()
                 else:
                     logger.warning(
@@ -183,7 +184,8 @@ class TrainingMonitor:
         """Mark ``loader``'s batches from its next pass on (the launcher found it mid-pass); False if it cannot be."""
         self._require_active("adopt_loader")
         on_pass = lambda epoch: (self._tracker.count_batches(), self._on_pass(epoch))  # noqa: E731
-        return capture.wrap_loader(self._stack, loader, on_pass, self._on_batch, begun=True, indices=self._batches)
+        return capture.wrap_loader(self._stack, loader, on_pass, self._batch_hook, begun=True, indices=self._batches,
+                                   iterate=self._iterate)
 
     def close(self, interrupted_by: Optional[str] = None, exc_type: Any = None, gather: bool = True) -> None:
         """The block's end (``__exit__``, SIGTERM, the launcher); never raises. ``gather=False``: no ranks' summary."""
@@ -232,7 +234,7 @@ class TrainingMonitor:
         """Iterate ``loader`` with its batches marked (for loaders not passed to the constructor)."""
         self._require_active("loader")
         self._tracker.count_batches()
-        return capture.MarkedLoader(loader, self._on_pass, self._on_batch)
+        return capture.MarkedLoader(loader, self._on_pass, self._batch_hook, self._iterate)
 
     def record_event(self, kind: str, **fields: Any) -> None:
         """Add an event line (``{"event": kind, ...}``) to metrics.jsonl, e.g. which steps were traced and where."""
@@ -244,7 +246,8 @@ class TrainingMonitor:
 
     # --- events from the capture ----------------------------------------------------------------------------
 
-    # Each hook contains what our own code raises: the loop never sees an exception of ours.
+    # Each hook contains what our own code raises: the loop never sees an exception of ours. Where the step path
+    # is compiled (.compiled), C twins of _on_backward / _on_batch / _on_commit take the usual cases.
 
     def _on_scale(self, scaled: torch.Tensor, loss: torch.Tensor) -> None:
         self._scaled = (scaled, loss)
@@ -307,7 +310,7 @@ class TrainingMonitor:
         self.run_dir = RunDir(self.log_dir)
         self.clock = step_clock.StepClock()
         self.totals = step_clock.RunTotals(self.start_step, self.warmup_steps)
-        self._tracker = StepTracker(
+        self._tracker = compiled.tracker_class()(
             self.start_step, self._on_step_end, self._on_commit,
             source=OPTIMIZER if self.optimizer is not None else WATCH, optimizer=self.optimizer,
             accumulate=self.accumulate, samples_per_step=self.samples_per_step,
@@ -344,22 +347,26 @@ class TrainingMonitor:
             self._callbacks.step_end(self._ctx, step)
             self._callbacks.step_begin(self._ctx, step + 1)
 
-    def _on_commit(self, closed: ClosedStep) -> None:
+    def _on_commit(self, closed: ClosedStep) -> None:  # its C twin: step_path.c's Hooks_on_commit
         if self._finished or self._log_broken:
             return
         try:
             self.clock.commit(closed)
-            log_step = (closed.step + 1) % self.log_every == 0
-            if log_step or self._windows.pending:
-                # a SIGTERM waits for the lines; our reads are our own work (no dump or detector sees them)
-                with self._outputs, INTERNAL:
-                    if self._windows.pending:  # a read started at the previous log step is due now
-                        self._windows.drain(True, self._callbacks, self._ctx)
-                    if log_step:
-                        self._windows.close(self.clock, self.epoch, self._callbacks, self._ctx)
+            if (closed.step + 1) % self.log_every == 0 or self._windows.pending:
+                self._log_due(closed)
         except Exception as exc:
-            self._log_broken = True  # the step log stops; the features and the loop go on
-            self._events.failed("the step log", exc)
+            self._commit_failed(exc)
+
+    def _log_due(self, closed: ClosedStep) -> None:  # a step's line is due, or the read of the previous one
+        with self._outputs, INTERNAL:  # a SIGTERM waits for the lines; our reads are our own (no dump sees them)
+            if self._windows.pending:  # a read started at the previous log step is due now
+                self._windows.drain(True, self._callbacks, self._ctx)
+            if (closed.step + 1) % self.log_every == 0:
+                self._windows.close(self.clock, self.epoch, self._callbacks, self._ctx)
+
+    def _commit_failed(self, exc: Exception) -> None:
+        self._log_broken = True  # the step log stops; the features and the loop go on
+        self._events.failed("the step log", exc)
 
     # --- outputs ---------------------------------------------------------------------------------------------------
 
@@ -377,14 +384,9 @@ class TrainingMonitor:
     def _write_summary(self, interrupted_by: Optional[str], across: Optional[dict]) -> None:
         payload = self.totals.summary()
         payload.update(
-            log_every=self.log_every,
-            accumulate=self.accumulate,
-            rank=self.rank,
-            world_size=self.world_size,
-            device=self.device.as_dict() if self.device else None,
-            wall_seconds=time.time() - self._entered_at,
-            interrupted_by=interrupted_by,
-            ranks=across,
+            log_every=self.log_every, accumulate=self.accumulate, rank=self.rank, world_size=self.world_size,
+            device=self.device.as_dict() if self.device else None, wall_seconds=time.time() - self._entered_at,
+            interrupted_by=interrupted_by, ranks=across,
             steps_from=self._tracker.steps_from(passed=self.optimizer is not None),
             features_failed=self._callbacks.dropped,
         )
@@ -394,6 +396,4 @@ class TrainingMonitor:
 
     def _require_active(self, what: str) -> None:
         if self._stack is None:
-            raise ConfigError(
-                f"mon.{what}() needs an active monitor: call it inside `with TrainingMonitor(...) as mon:`"
-            )
+            raise ConfigError(f"mon.{what}() needs an active monitor: call it inside `with TrainingMonitor(...):`")

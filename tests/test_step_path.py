@@ -1,0 +1,182 @@
+"""The compiled step path (runtime/step_path.c): the same steps, losses and lines as the Python one, no Python
+function of ours a step where it is built, errors contained, and the Python path where it cannot be built."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+import ascend_tune
+from ascend_tune import TrainingMonitor
+from ascend_tune.runtime import capture, compiled, steps
+
+built = pytest.mark.skipif(compiled.module() is None, reason="the step path is not compiled here (no C compiler or "
+                           "no Python.h)")
+
+
+def _loop(style: str, log_dir, log_every: int = 3) -> tuple:
+    """A small monitored run of one loop style: (the model's final weights, metrics.jsonl's step lines)."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    data = TensorDataset(torch.randn(46, 4), torch.randint(0, 3, (46,)))
+    loader = DataLoader(data, batch_size=4)  # a last batch of 2
+    optimizer = (torch.optim.LBFGS(model.parameters(), lr=0.1, max_iter=2) if style == "closure" else
+                 torch.optim.SGD(model.parameters(), lr=0.1))
+    with TrainingMonitor(model, optimizer, loader, log_dir=log_dir, log_every=log_every, quiet=True,
+                         accumulate="mean" if style == "accumulate" else "sum"):
+        for i, (x, y) in enumerate(loader):
+            if style == "closure":
+                def closure(x=x, y=y):
+                    optimizer.zero_grad()
+                    loss = F.cross_entropy(model(x), y)
+                    loss.backward()
+                    return loss
+                optimizer.step(closure)
+                continue
+            loss = F.cross_entropy(model(x), y)
+            if style == "tuple":
+                torch.autograd.backward((loss,))
+            else:
+                loss.backward()
+            if style == "accumulate" and i % 2 == 0:
+                continue
+            optimizer.step()
+            optimizer.zero_grad()
+    with open(os.path.join(log_dir, "metrics.jsonl")) as fh:
+        lines = [json.loads(line) for line in fh if '"step"' in line and '"event"' not in line]
+    kept = ("step", "loss", "step_losses", "samples", "window_steps", "first_step", "skipped", "nonfinite")
+    return model.weight.detach().clone(), [{k: line[k] for k in kept} for line in lines]
+
+
+@built
+@pytest.mark.parametrize("style", ["plain", "tuple", "accumulate", "closure"])
+def test_the_compiled_path_logs_the_steps_the_python_path_logs(tmp_path, style):
+    weights, lines = _loop(style, tmp_path / "compiled")
+    with compiled.python_only():
+        python_weights, python_lines = _loop(style, tmp_path / "python")
+    assert torch.equal(weights, python_weights)
+    assert lines == python_lines
+    assert len(lines) >= 2 and lines[-1]["samples"] >= 2
+
+
+@built
+def test_inside_the_block_the_hooks_are_the_compiled_ones(tmp_path):
+    model, optimizer = torch.nn.Linear(4, 2), None
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=2)
+    original = torch.autograd.backward
+    with TrainingMonitor(model, optimizer, loader, log_dir=tmp_path, quiet=True) as mon:
+        patched = torch.autograd.backward
+        while type(patched).__name__ != "Hooks" and hasattr(patched, "__wrapped__"):
+            patched = patched.__wrapped__  # config.json's record of the first steps wraps it for a while
+        assert type(patched).__name__ == "Hooks" and patched.__wrapped__ is original
+        assert patched.__name__ == "backward" and patched.__doc__ == original.__doc__
+        assert type(mon._tracker) is compiled.tracker_class() and isinstance(mon._tracker, steps.StepTracker)
+        assert type(iter(loader)).__name__ == "iterate_marked"
+        assert type(iter(mon.loader([1, 2]))).__name__ == "iterate_marked"
+    assert torch.autograd.backward is original
+
+
+@built
+def test_a_step_of_the_compiled_path_runs_no_python_function_of_ours(tmp_path):
+    """Counted as tests/test_monitor.py counts the Python path's handful: none at all between log lines."""
+    package = os.path.dirname(ascend_tune.__file__)
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    loader = DataLoader(TensorDataset(torch.randn(400, 4), torch.randint(0, 2, (400,))), batch_size=2)
+    ours: dict = {}
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code.co_filename.startswith(package):
+            ours[frame.f_code.co_name] = ours.get(frame.f_code.co_name, 0) + 1
+
+    with TrainingMonitor(model, optimizer, loader, log_dir=tmp_path, log_every=1000, quiet=True, tune=False):
+        for i, (x, y) in enumerate(loader):
+            if i == 50:
+                sys.setprofile(profile)
+            loss = F.cross_entropy(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            if i == 149:
+                sys.setprofile(None)
+        sys.setprofile(None)
+    assert ours == {}
+
+
+@built
+@pytest.mark.parametrize("breaks", ["the batch count", "the loss capture", "the step log"])
+def test_what_the_compiled_hooks_raise_never_reaches_the_loop(tmp_path, breaks):
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(TensorDataset(torch.randn(24, 4), torch.randint(0, 2, (24,))), batch_size=4)
+    with TrainingMonitor(model, optimizer, loader, log_dir=tmp_path, quiet=True) as mon:
+        for i, (x, y) in enumerate(loader):
+            if i == 2:
+                if breaks == "the batch count":
+                    mon._host.data = "not seconds"  # host.data += waited raises in C
+                elif breaks == "the loss capture":
+                    mon._tracker._backwards = "not a count"  # the tracker's count cannot grow
+                else:
+                    mon.clock = None  # no clock to commit to
+            loss = F.cross_entropy(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    with open(tmp_path / "metrics.jsonl") as fh:
+        text = fh.read()
+    assert f"{breaks}: " in text and "training goes on" in text
+    assert '"step":1,' in text  # what was logged before stays
+
+
+@pytest.mark.parametrize("kind", ["python", "compiled"])
+def test_the_marked_iterator_ends_as_a_generator_does(kind):
+    """StopIteration for good after the end, and after an error from the loader once it has propagated."""
+    iterate = capture.iterate_marked if kind == "python" else getattr(compiled.module(), "iterate_marked", None)
+    if iterate is None:
+        pytest.skip("the step path is not compiled here")
+    seen = []
+    marked = iterate(iter([1, 2]), lambda batch, waited: seen.append((batch, type(waited))))
+    assert list(marked) == [1, 2] and next(marked, "end") == "end"
+    assert seen == [(1, float), (2, float)]
+
+    def failing():
+        yield 1
+        raise ValueError("a worker died")
+
+    marked = iterate(failing(), lambda batch, waited: None)
+    assert next(marked) == 1
+    with pytest.raises(ValueError, match="a worker died"):
+        next(marked)
+    assert next(marked, "end") == "end"
+
+
+def test_without_a_build_the_python_path_runs(tmp_path):
+    """ASCEND_TUNE_NO_COMPILE=1, or a Python without its headers: the Python classes, and the same run."""
+    code = ("import sysconfig, sys\n"
+            "if sys.argv[1] == 'headers':\n"
+            "    paths = sysconfig.get_paths; sysconfig.get_paths = lambda *a: {**paths(*a), 'include': sys.argv[2]}\n"
+            "from ascend_tune.runtime import compiled, steps\n"
+            "print(compiled.module() is None, compiled.tracker_class() is steps.StepTracker)\n")
+    for how, env in (("switch", {"ASCEND_TUNE_NO_COMPILE": "1"}), ("headers", {})):
+        done = subprocess.run([sys.executable, "-c", code, how, str(tmp_path)], capture_output=True, text=True,
+                              env={**os.environ, "ASCEND_TUNE_CACHE": str(tmp_path / "cache"), **env}, timeout=300)
+        assert done.stdout.split() == ["True", "True"], done.stderr
+    assert not (tmp_path / "cache").exists()  # nothing was built
+
+
+def test_the_python_path_logs_what_it_always_did(tmp_path):
+    with compiled.python_only():
+        weights, lines = _loop("plain", tmp_path)
+    assert type(torch.autograd.backward).__name__ != "Hooks"
+    assert [line["step"] for line in lines] == [2, 5, 8, 11]
+    assert sum(line["samples"] for line in lines) == 46
