@@ -23,7 +23,7 @@ monitored loop minus the fastest bare one), at most 1/3 of the snippet's at ``lo
 ``log_every=10``; a ~5 ms MLP step (make_setup, its batch sized to 5 ms of this machine's core by mlp_batch) at
 ``log_every=10``, 9 interleaved repeats of 100 steps, the fastest monitored run over the fastest bare one, at most
 1.01x. Beside them the Python calls a step of ours:
-``sys.setprofile`` counts on the stubbed loop below, monitored minus bare.
+``sys.setprofile`` counts of the package's functions on the stubbed loop below.
 ``--cnn`` adds whole runs on a ~5 ms CNN step (monitored against bare, the same interleaving). ``--hooks`` adds the
 monitor's own path alone (the torch work stubbed: a no-op backward and optimizer), thread CPU time, the fastest of
 30 interleaved blocks: steadier than whole runs on a loaded machine, but not end to end.
@@ -48,6 +48,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+import ascend_tune
 from ascend_tune import TrainingMonitor
 from ascend_tune.runtime import compiled
 from ascend_tune.runtime.capture import iterate_marked
@@ -248,7 +249,7 @@ def interleaved(modes: dict, make, steps: int, repeats: int) -> dict:
     seconds: dict = {name: [] for name in modes}
     with tempfile.TemporaryDirectory() as tmp:
         for name, run in modes.items():  # warm the kernels, the allocator and the monitor's lazy imports once
-            out = os.path.join(tmp, f"warm-{len(seconds[name])}-{name.split()[-1]}")
+            out = os.path.join(tmp, "warm-" + "".join(c if c.isalnum() else "_" for c in name))
             os.makedirs(out)
             run(make(20), out)
         for rep in range(repeats):
@@ -314,29 +315,23 @@ def hooks_only(log_every: int, steps: int = 1000, blocks: int = 30) -> float:
 
 
 def calls_per_step(log_every: int, steps: int = 200) -> float:
-    """Python calls (``sys.setprofile`` "call" events) a step of the stubbed loop adds, monitored minus bare."""
+    """Python calls of ours (``sys.setprofile`` "call" events of a function of the package) a step of the stubbed
+    loop makes (torch's own, the same with or without the monitor, are not counted)."""
     def noop(tensors, *args, **kwargs):
         return None
 
-    def count(run) -> int:
-        seen = [0]
+    package = os.path.dirname(os.path.abspath(ascend_tune.__file__))
+    seen = [0]
 
-        def profile(frame, event, arg):
-            if event == "call":
-                seen[0] += 1
-
-        sys.setprofile(profile)
-        try:
-            run()
-        finally:
-            sys.setprofile(None)
-        return seen[0]
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code.co_filename.startswith(package):
+            seen[0] += 1
 
     real, torch.autograd.backward = torch.autograd.backward, noop
     try:
         p = nn.Parameter(torch.ones(2))
         loss, batch = (p * 2).sum(), [torch.zeros(2, 4), torch.zeros(2, dtype=torch.long)]
-        hooked, other = _NoopOptimizer([p]), _NoopOptimizer([p])
+        hooked = _NoopOptimizer([p])
         loader = DataLoader(TensorDataset(torch.zeros(4, 4)), batch_size=2)
         with tempfile.TemporaryDirectory() as tmp:
             with TrainingMonitor(None, hooked, loader, log_dir=tmp, log_every=log_every, quiet=True, tune=False):
@@ -345,19 +340,15 @@ def calls_per_step(log_every: int, steps: int = 200) -> float:
                     on_batch(batch, 0.0)
                     torch.autograd.backward(loss)
                     hooked.step()
-
-                def bare():
-                    for _ in range(steps):
-                        noop(loss)
-                        other.step()
-
-                def monitored():
+                sys.setprofile(profile)
+                try:
                     for _ in range(steps):
                         on_batch(batch, 0.0)
                         torch.autograd.backward(loss)
                         hooked.step()
-
-                return (count(monitored) - count(bare)) / steps
+                finally:
+                    sys.setprofile(None)
+        return seen[0] / steps
     finally:
         torch.autograd.backward = real
 

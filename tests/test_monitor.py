@@ -14,7 +14,7 @@ from conftest import SEED_LINE, read_jsonl, read_log, train
 from torch.utils.data import DataLoader, DistributedSampler
 
 from ascend_tune import AscendTuneError, TrainingMonitor
-from ascend_tune.runtime import capture
+from ascend_tune.runtime import capture, compiled
 from ascend_tune.testing.models import TinyMLP, synthetic_classification
 from ascend_tune.testing.torch_features import cpu_grad_scaler_missing
 
@@ -510,8 +510,9 @@ def test_a_step_that_writes_no_line_runs_a_handful_of_our_calls(tmp_path):
             name = f"{os.path.relpath(frame.f_code.co_filename, package)}:{frame.f_code.co_name}"
             ours[name] = ours.get(name, 0) + 1
 
-    with TrainingMonitor(model, optimizer, loader, log_dir=tmp_path, log_every=1000, quiet=True, tune=False):
-        for i, (x, y) in enumerate(loader):
+    with compiled.python_only(), \
+            TrainingMonitor(model, optimizer, loader, log_dir=tmp_path, log_every=1000, quiet=True, tune=False):
+        for i, (x, y) in enumerate(loader):  # the Python step path (the compiled one runs none: test_step_path.py)
             if i == 50:
                 sys.setprofile(profile)
             loss = F.cross_entropy(model(x), y)

@@ -123,6 +123,8 @@ def _floats(tensor: torch.Tensor) -> list:
 _PROFILER_ENABLED = getattr(torch._C._autograd, "_profiler_enabled", None)
 _LOSS = operator.attrgetter("loss")
 _NOT_NONE = functools.partial(operator.is_not, None)
+_IS_CPU = operator.attrgetter("is_cpu")
+_PLAIN = {torch.Tensor}
 
 
 def read_back(entries: list, lag: bool, extra: Optional[torch.Tensor] = None) -> _PendingRead:
@@ -155,7 +157,7 @@ def read_back(entries: list, lag: bool, extra: Optional[torch.Tensor] = None) ->
 def _on_host(tensors: list) -> bool:
     """Whether the losses are plain host tensors (read one by one: exact, each in its own dtype, as ``.item()``
     gives it; a tensor subclass, a DTensor's, is read by the stacked path)."""
-    return all(type(t) is torch.Tensor and t.is_cpu for t in tensors)
+    return not tensors or {type(t) for t in tensors} == _PLAIN and all(map(_IS_CPU, tensors))  # no generator
 
 
 def _read_with_extra(entries: list, tensors: list, extra: torch.Tensor, lag: bool) -> _PendingRead:
