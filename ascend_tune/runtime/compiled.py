@@ -42,7 +42,8 @@ logger = logging.getLogger("ascend_tune")
 
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "step_path.c")
 MODULE = "ascend_tune_step_path"
-FLAGS = ("-O2", "-shared", "-fPIC", "-fvisibility=hidden", "-Wno-cast-function-type")
+FLAGS = ("-O2", "-shared", "-fPIC", "-fvisibility=hidden", "-Wno-cast-function-type",
+         *(("-undefined", "dynamic_lookup") if sys.platform == "darwin" else ()))  # macOS: Python's symbols at load
 _lock = threading.Lock()
 _tried = False
 _loaded: dict = {}  # "module", "tracker": the loaded module and the compiled StepTracker class
