@@ -468,7 +468,8 @@ static PyObject *Hooks_vectorcall(Hooks *self, PyObject *const *args, size_t nar
     PyObject *tensors = nargs > 0 ? args[0] : NULL;
     if (tensors == NULL && kwnames != NULL) { /* backward(tensors=...) */
         for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(kwnames); i++)
-            if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, i), "tensors") == 0) tensors = args[i];
+            if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, i), "tensors") == 0)
+                tensors = args[nargs + i]; /* keyword values follow the positional ones */
     }
     PyObject *loss = NULL;
     if (tensors != NULL && Py_TYPE(tensors) == (PyTypeObject *)tensor_type) {
@@ -512,8 +513,11 @@ static PyObject *Hooks_vectorcall(Hooks *self, PyObject *const *args, size_t nar
     if (result == NULL) return NULL;
     double ended = seconds(perf_counter);
     if ((ended == -1.0 && PyErr_Occurred()) || add_seconds(self->host, s_backward, ended - began) < 0) {
-        Py_DECREF(result);
-        return NULL;
+        contain(self->monitor, "the loss capture"); /* the backward ran: its result goes back to the loop */
+        if (PyErr_Occurred()) {
+            Py_DECREF(result);
+            return NULL;
+        }
     }
     if (wants) {
         PyObject *r = PyObject_CallNoArgs(self->on_done);

@@ -33,6 +33,8 @@ its loss to the step. Held backwards that fall back are closed late, at the mome
 comes then, their times are their own.
 
 Losses are whatever tensors the caller hands in (already detached); they are only added, never read back here.
+Where the step path is compiled (:mod:`.compiled`), the monitor's tracker is a subclass whose ``backward``,
+``step_pre_hook``, ``optimizer_post`` and ``batch`` are C twins of these for the usual case, calling these otherwise.
 """
 
 from __future__ import annotations
