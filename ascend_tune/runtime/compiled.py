@@ -47,8 +47,6 @@ FLAGS = ("-O2", "-shared", "-fPIC", "-fvisibility=hidden", "-Wno-cast-function-t
 _lock = threading.Lock()
 _tried = False
 _loaded: dict = {}  # "module", "tracker": the loaded module and the compiled StepTracker class
-
-
 _python_only = [0]  # python_only() blocks open
 
 
