@@ -585,7 +585,11 @@ static PyObject *Hooks_on_commit(Hooks *self, PyObject *const *args, Py_ssize_t 
     int skip = broken != NULL && (truth(finished) || truth(broken));
     Py_XDECREF(finished);
     Py_XDECREF(broken);
-    if (broken == NULL) return NULL;
+    if (broken == NULL) { /* the monitor's fields unreadable: the step log stops, as for any failure below */
+        contain(self->monitor, NULL);
+        if (PyErr_Occurred()) return NULL;
+        Py_RETURN_NONE;
+    }
     if (skip) Py_RETURN_NONE;
     /* self.clock.commit(closed); (closed.step + 1) % self.log_every == 0 or self._windows.pending */
     int due = -1;
