@@ -73,7 +73,7 @@ def test_the_compiled_path_logs_the_steps_the_python_path_logs(tmp_path, style):
 
 @built
 def test_inside_the_block_the_hooks_are_the_compiled_ones(tmp_path):
-    model, optimizer = torch.nn.Linear(4, 2), None
+    model = torch.nn.Linear(4, 2)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     loader = DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=2)
     original = torch.autograd.backward
