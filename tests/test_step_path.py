@@ -160,3 +160,21 @@ def test_the_python_path_logs_what_it_always_did(tmp_path):
     assert type(torch.autograd.backward).__name__ != "Hooks"
     assert [line["step"] for line in lines] == [2, 5, 8, 11]
     assert sum(line["samples"] for line in lines) == 46
+
+
+@built
+def test_ranks_building_at_once_and_a_broken_library_in_the_cache(tmp_path):
+    """Three processes build into one cache: one library, no temporary file left; a library cut short there is
+    built again, not taken as a reason to run in Python from then on."""
+    cache = tmp_path / "cache"
+    env = {**os.environ, "ASCEND_TUNE_CACHE": str(cache)}
+    code = "from ascend_tune.runtime import compiled; print(compiled.module() is not None)"
+    ranks = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
+             for _ in range(3)]
+    assert [p.communicate(timeout=300)[0].strip() for p in ranks] == ["True"] * 3
+    (library,) = list(cache.iterdir())
+    assert library.name.startswith("step-path-")
+    library.write_bytes(b"cut short")
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.stdout.strip() == "True", done.stderr
+    assert library.stat().st_size > 1000  # built again

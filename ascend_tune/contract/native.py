@@ -9,12 +9,14 @@ both in Python / torch.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shlex
 import shutil
 import subprocess
 import tempfile
 import threading
+from typing import Any, Callable
 
 
 def cache_folder() -> str:
@@ -68,3 +70,19 @@ def build(path: str, name: str, source: str, tries: tuple, libraries: tuple = ()
         finally:
             if os.path.exists(built):
                 os.remove(built)
+
+
+def load_built(stem: str, suffix: str, name: str, source: str, tries: tuple, key: tuple, load: Callable[[str], Any],
+               libraries: tuple = ()) -> Any:
+    """``load(path)`` of the library built from ``source``, kept in :func:`cache_folder` as ``<stem>-<hash of the
+    source and key><suffix>``; built with :func:`build` where it is not there yet, or where the one there does not
+    load (a file cut short)."""
+    digest = hashlib.sha256("\0".join((source, *key)).encode()).hexdigest()[:16]
+    path = os.path.join(cache_folder(), f"{stem}-{digest}{suffix}")
+    if os.path.exists(path):
+        try:
+            return load(path)
+        except (OSError, ImportError):  # built again below
+            pass
+    build(path, name, source, tries, libraries)
+    return load(path)

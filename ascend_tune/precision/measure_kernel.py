@@ -22,9 +22,7 @@ figures (sums in another order: the last bits of a sum of squares may differ).
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import logging
-import os
 import platform
 import sys
 import threading
@@ -188,12 +186,5 @@ def _load() -> dict:
 def _library() -> Any:
     cpu = native.cpu()
     tries = ((*FLAGS, *NATIVE), FLAGS) if cpu else (FLAGS,)  # this CPU's instructions only where its name says which
-    key = hashlib.sha256("\0".join((SOURCE, *tries[0], sys.platform, platform.machine(), cpu)).encode())
-    path = os.path.join(native.cache_folder(), f"measure-{key.hexdigest()[:16]}.so")
-    if os.path.exists(path):
-        try:
-            return ctypes.CDLL(path)
-        except OSError:  # a file cut short: built again below
-            pass
-    native.build(path, "measure.c", SOURCE, tries, ("-lm",))
-    return ctypes.CDLL(path)
+    return native.load_built("measure", ".so", "measure.c", SOURCE, tries,
+                             (*tries[0], sys.platform, platform.machine(), cpu), ctypes.CDLL, ("-lm",))

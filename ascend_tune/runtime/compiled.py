@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import importlib.machinery
 import importlib.util
 import logging
@@ -118,13 +117,14 @@ def _library() -> Any:
     if not os.path.exists(os.path.join(include, "Python.h")):
         raise OSError(f"no Python.h in {include} (this Python's development files are not installed)")
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
-    key = hashlib.sha256("\0".join((source, *FLAGS, include, sys.version, suffix, sys.platform)).encode())
-    path = os.path.join(native.cache_folder(), f"step-path-{key.hexdigest()[:16]}{suffix}")
-    if not os.path.exists(path):
-        native.build(path, "step_path.c", source, ((*FLAGS, f"-I{include}"),))
+    return native.load_built("step-path", suffix, "step_path.c", source, ((*FLAGS, f"-I{include}"),),
+                             (*FLAGS, include, sys.version, suffix, sys.platform), _load_module)
+
+
+def _load_module(path: str) -> Any:
     spec = importlib.util.spec_from_file_location(MODULE, path)
     if spec is None or spec.loader is None:
-        raise OSError(f"{path} cannot be loaded as a module")
+        raise ImportError(f"{path} cannot be loaded as a module")
     loaded = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(loaded)
     return loaded
