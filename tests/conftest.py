@@ -6,6 +6,8 @@ import contextlib
 import json
 import os
 import re
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -125,3 +127,15 @@ def train_gpt(log_dir, precision=None, steps: int = 1, autocast: bool = False, m
             optimizer.step()
             losses.append(loss.detach().clone())
     return losses + [p.detach().clone() for p in model.parameters()]
+
+
+def built_at_once(code: str, cache, processes: int = 3):
+    """Run ``code`` (it prints True once its C is loaded) in ``processes`` processes at once over one empty
+    ``cache`` folder, as ranks starting together do; each must print True, and the cache then holds one file
+    (no temporary one left): its path."""
+    env = {**os.environ, "ASCEND_TUNE_CACHE": str(cache)}
+    ranks = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
+             for _ in range(processes)]
+    assert [p.communicate(timeout=300)[0].strip() for p in ranks] == ["True"] * processes
+    (library,) = list(cache.iterdir())
+    return library

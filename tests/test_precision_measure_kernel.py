@@ -10,7 +10,7 @@ import sys
 
 import pytest
 import torch
-from conftest import train_gpt
+from conftest import built_at_once, train_gpt
 from test_precision_replay import broken_kernel, gelu_1e3_off, replayed
 
 from ascend_tune.contract import native
@@ -127,12 +127,7 @@ def test_without_the_c_the_torch_passes_measure(tmp_path, switch):
 @compiled
 def test_ranks_compiling_at_once_and_a_broken_library_in_the_cache(tmp_path):
     cache = tmp_path / "cache"
-    env = {**os.environ, "ASCEND_TUNE_CACHE": str(cache)}
-    code = "from ascend_tune.precision import measure_kernel as k; print(k.available())"
-    ranks = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
-             for _ in range(3)]
-    assert [p.communicate(timeout=300)[0].strip() for p in ranks] == ["True"] * 3
-    (library,) = [p for p in cache.iterdir()]  # one library, no temporary file left
+    library = built_at_once("from ascend_tune.precision import measure_kernel as k; print(k.available())", cache)
     assert library.suffix == ".so"
     library.write_bytes(b"cut short")
     done = _load_in_a_new_process({"ASCEND_TUNE_CACHE": str(cache)})

@@ -12,6 +12,7 @@ import sys
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import built_at_once
 from torch.utils.data import DataLoader, TensorDataset
 
 from ascend_tune import TrainingMonitor
@@ -167,14 +168,11 @@ def test_ranks_building_at_once_and_a_broken_library_in_the_cache(tmp_path):
     """Three processes build into one cache: one library, no temporary file left; a library cut short there is
     built again, not taken as a reason to run in Python from then on."""
     cache = tmp_path / "cache"
-    env = {**os.environ, "ASCEND_TUNE_CACHE": str(cache)}
     code = "from ascend_tune.runtime import compiled; print(compiled.module() is not None)"
-    ranks = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
-             for _ in range(3)]
-    assert [p.communicate(timeout=300)[0].strip() for p in ranks] == ["True"] * 3
-    (library,) = list(cache.iterdir())
+    library = built_at_once(code, cache)
     assert library.name.startswith("step-path-")
     library.write_bytes(b"cut short")
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, "-c", code], env={**os.environ, "ASCEND_TUNE_CACHE": str(cache)},
+                          capture_output=True, text=True, timeout=300)
     assert done.stdout.strip() == "True", done.stderr
     assert library.stat().st_size > 1000  # built again
