@@ -12,11 +12,13 @@ over the repeats:
 - the same on the Python step path at ``log_every=10`` and ``100``, where the step path is compiled
   (runtime/compiled.py): what the C twins of the per-step hooks save, in the same interleaving;
 - the guide's snippet the monitor replaces: ``loss.item()`` and a ``logging`` line to a file every step;
-- two floors at the monitor's own hook points (the patched ``torch.autograd.backward``, the optimizer's step pre-
+- three floors at the monitor's own hook points (the patched ``torch.autograd.backward``, the optimizer's step pre-
   and post-hook, a generator around the loader): "hooks, no-op" calls through them and does nothing else; "a
   minimal step tracker" does there, in plain Python, the least a step log must do (keep the step's detached loss,
   count its samples, close the step with its two clocks at the optimizer's step, hand it on at the next batch, a
-  thread-local depth for reentrant backwards), writing no line. What a pure-Python monitor could cost at best.
+  thread-local depth for reentrant backwards), writing no line; "a minimal step log" is that tracker writing a
+  line at every step as the monitor must (the loss read back, metrics.jsonl's fields with seven exact floats and
+  log.txt's line, one ``os.write`` to each file as it is made). What a pure-Python monitor could cost at best.
 
 Goals (issue #34), each a ratio measured in this run: the monitor's own cost a step, end to end (the fastest
 monitored loop minus the fastest bare one), at most 1/3 of the snippet's at ``log_every=1`` and 1/6 at
@@ -27,8 +29,10 @@ monitored loop minus the fastest bare one), at most 1/3 of the snippet's at ``lo
 ``--cnn`` adds whole runs on a ~5 ms CNN step (monitored against bare, the same interleaving). ``--hooks`` adds the
 monitor's own path alone (the torch work stubbed: a no-op backward and optimizer), thread CPU time, the fastest of
 30 interleaved blocks: steadier than whole runs on a loaded machine, but not end to end.
+``--line-parts`` adds the minimal log taken apart (its read alone; its two lines formatted but not written): what
+the read, the format and the two writes each cost a line.
 Usage: python benchmarks/monitor_overhead.py [--steps 2000] [--repeats 7] [--mlp-repeats 9] [--mlp-batch B] [--cnn]
-       [--hooks]
+       [--hooks] [--line-parts]
 """
 
 from __future__ import annotations
@@ -240,7 +244,60 @@ def run_minimal_tracker(setup, out: str) -> float:
     return _at_hook_points(setup, tracker.backward, tracker.batch, tracker.pre, tracker.post)
 
 
-FLOORS = ("floor: hooks, no-op", "floor: a minimal step tracker")
+# the least a log line can be with the monitor's fields: metrics.jsonl's at full precision (exact float reprs: what a
+# reader takes back bit for bit) and log.txt's guide line
+_LEAST_JSON = ('{"step":%d,"loss":%r,"steps_per_sec":%r,"samples_per_sec":%r,"time":%r,"first_step":%d,'
+               '"window_steps":1,"seconds":%r,"samples":%d,"step_losses":[%r],"nonfinite":0,"skipped":0,"epoch":0,'
+               '"rank":0,"world_size":1,"warmup":false,"memory_mib":null,"host_s":{"data":%r,"backward":%r}}\n')
+_LEAST_TEXT = "[%s] (step=%07d) Train Loss: %.4f, Train Steps/Sec: %.2f\n"
+
+
+class _MinimalLog(_MinimalTracker):
+    """The minimal step tracker writing a line at every step the way the monitor must: the step's loss read back,
+    metrics.jsonl's line (its fields, seven exact floats) and log.txt's, each file written with one ``os.write`` as
+    it is made (a killed run keeps every line before the kill). What a pure-Python monitor's line could cost at
+    best; the write and the format alone bound what a compiled one could."""
+
+    def __init__(self, out: str, parts: str = "write") -> None:
+        super().__init__()
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+        self.files = (os.open(os.path.join(out, "least.jsonl"), flags), os.open(os.path.join(out, "least.txt"), flags))
+        self.step, self.last, self.second, self.stamp = 0, time.perf_counter(), None, ""
+        self.parts = parts  # how far a line goes: "read" (the loss read back), "format" (and its two lines), "write"
+
+    def post(self, optimizer, args, kwargs) -> None:
+        super().post(optimizer, args, kwargs)
+        loss, samples, at, wall = self.closed
+        value, seconds, step = loss.item(), at - self.last, self.step
+        self.last, self.step = at, step + 1
+        if self.parts == "read":
+            return
+        if int(wall) != self.second:  # the stamp made once a second, as the monitor makes it
+            self.second, self.stamp = int(wall), time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(wall))
+        metrics = (_LEAST_JSON % (step, value, 1 / seconds, samples / seconds, wall, step, seconds, samples, value,
+                                  seconds / 4, seconds / 3)).encode()  # two stand-ins for the host times
+        text = (_LEAST_TEXT % (self.stamp, step, value, 1 / seconds)).encode()
+        if self.parts == "write":
+            os.write(self.files[0], metrics)
+            os.write(self.files[1], text)
+
+    def close(self) -> None:
+        for fd in self.files:
+            os.close(fd)
+
+
+def run_minimal_log(parts: str = "write"):
+    def run(setup, out: str) -> float:
+        log = _MinimalLog(out, parts)
+        try:
+            return _at_hook_points(setup, log.backward, log.batch, log.pre, log.post)
+        finally:
+            log.close()
+
+    return run
+
+
+FLOORS = ("floor: hooks, no-op", "floor: a minimal step tracker", "floor: a minimal log, a line a step")
 PYTHON_PATH = "monitor, Python path"  # the step path uncompiled (runtime/compiled.py), where it is compiled
 
 
@@ -355,11 +412,12 @@ def calls_per_step(log_every: int, steps: int = 200) -> float:
 
 def mlp_ratio(repeats: int, batch: int, steps: int = 100) -> tuple:
     """(the fastest monitored run over the fastest bare one, the bare step's seconds, the monitored step's median
-    and 10th percentile over the bare one's, the fastest second bare run over the fastest bare one): the MLP step
-    of ``batch`` at ``log_every=10``, ``repeats`` interleaved repeats of ``steps`` steps. The percentiles pool every
-    step's thread CPU time over the repeats (log steps included): a quiet step's cost holds still where whole runs
-    move by several percent on a shared machine. The second bare run (A/A) is the same loop unmonitored, interleaved
-    like the others: how far two identical runs' ratio moves on this machine, beside the goal's 1%."""
+    and 10th percentile over the bare one's, the fastest second bare run over the fastest bare one, and its median
+    and 10th percentile step over the bare one's): the MLP step of ``batch`` at ``log_every=10``, ``repeats``
+    interleaved repeats of ``steps`` steps. The percentiles pool every step's thread CPU time over the repeats (log
+    steps included): a quiet step's cost holds still where whole runs move by several percent on a shared machine.
+    The second bare run (A/A) is the same loop unmonitored, interleaved like the others: how far two identical runs'
+    ratios move on this machine, beside the goal's 1%."""
     times: dict = {}
 
     def run(monitored: bool, name: str):
@@ -381,14 +439,15 @@ def mlp_ratio(repeats: int, batch: int, steps: int = 100) -> tuple:
     seconds = interleaved({name: run(name.startswith("monitor"), name) for name in names},
                           lambda n: make_setup(n, batch), steps, repeats)
     warm = 20  # interleaved's warm-up runs
-    bare, monitored = sorted(times["bare"][warm:]), sorted(times[names[1]][warm:])
+    bare, monitored, again = (sorted(times[name][warm:]) for name in names)
 
     def at(values: list, q: float) -> float:
         return values[int(q * (len(values) - 1))]
 
     return (min(seconds[names[1]]) / min(seconds["bare"]), min(seconds["bare"]) / steps,
             at(monitored, 0.5) / at(bare, 0.5), at(monitored, 0.1) / at(bare, 0.1),
-            min(seconds["bare again"]) / min(seconds["bare"]))
+            min(seconds["bare again"]) / min(seconds["bare"]), at(again, 0.5) / at(bare, 0.5),
+            at(again, 0.1) / at(bare, 0.1))
 
 
 def main(argv=None) -> int:
@@ -399,11 +458,16 @@ def main(argv=None) -> int:
     parser.add_argument("--mlp-batch", type=int, default=0, help="the MLP row's batch (default: a ~5 ms step here)")
     parser.add_argument("--cnn", action="store_true", help="also whole runs on a ~5 ms CNN step (200 steps)")
     parser.add_argument("--hooks", action="store_true", help="also the monitor's own path, torch work stubbed")
+    parser.add_argument("--line-parts", action="store_true",
+                        help="also the minimal log's line taken apart: the read alone, the lines formatted unwritten")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     modes = {"bare": run_bare, **{f"monitor log_every={k}": run_monitored(k) for k in (1, 10, 100)},
              "seed snippet item()+logging": run_seed_snippet, FLOORS[0]: run_hooks_noop,
-             FLOORS[1]: run_minimal_tracker}
+             FLOORS[1]: run_minimal_tracker, FLOORS[2]: run_minimal_log()}
+    if args.line_parts:  # the minimal log's line taken apart: its read alone, then formatted but not written
+        modes.update({"floor: the minimal log's read alone": run_minimal_log("read"),
+                      "floor: the minimal log, lines unwritten": run_minimal_log("format")})
     if compiled.module() is not None:  # the Python step path beside the compiled one, in the same interleaving
         modes.update({f"{PYTHON_PATH} log_every={k}": run_monitored(k, python=True) for k in (10, 100)})
     seconds = interleaved(modes, make_tiny_setup, args.steps, args.repeats)
@@ -418,17 +482,18 @@ def main(argv=None) -> int:
             calls = f", {calls_per_step(every):5.1f} Python calls" if every is not None else ""
         goal = GOALS.get(every) if every is not None and not name.startswith(PYTHON_PATH) else None
         shown = f" = {least[name] / snippet:.2f}x the snippet (goal <= {goal:.2f}x)" if goal is not None else ""
-        if name in FLOORS:
+        if name.startswith("floor:"):
             shown = f" = {least[name] / snippet:.2f}x the snippet"
-        print(f"  {name:<35} median {median[name] * 1e6:6.1f} us, min {least[name] * 1e6:6.1f} us/step{calls}"
+        print(f"  {name:<44} median {median[name] * 1e6:6.1f} us, min {least[name] * 1e6:6.1f} us/step{calls}"
               f"{shown}")
     if args.mlp_repeats > 0:  # 0: the MLP row is left out
         batch = args.mlp_batch or mlp_batch(MLP_STEP)
-        ratio, step, median, p10, again = mlp_ratio(args.mlp_repeats, batch)
+        ratio, step, median, p10, again, again_median, again_p10 = mlp_ratio(args.mlp_repeats, batch)
         print(f"monitor_overhead: a {step * 1e3:.2f} ms MLP step (batch {batch}) at log_every=10, 100 steps x "
               f"{args.mlp_repeats} interleaved repeats: {ratio:.4f}x bare, fastest over fastest (goal <= "
               f"{MLP_GOAL}x); every step pooled: median {median:.4f}x, 10th percentile {p10:.4f}x; A/A (a second "
-              f"bare run, interleaved): {again:.4f}x")
+              f"bare run, interleaved): {again:.4f}x, pooled median {again_median:.4f}x, 10th percentile "
+              f"{again_p10:.4f}x")
     if args.hooks:
         hooks_only(1, blocks=2)  # warm
         print("monitor_overhead: the monitor's own path alone (torch work stubbed; thread CPU time, fastest block):")
