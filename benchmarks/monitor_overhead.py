@@ -246,8 +246,8 @@ def run_minimal_tracker(setup, out: str) -> float:
 
 # the least a log line can be with the monitor's fields: metrics.jsonl's at full precision (exact float reprs: what a
 # reader takes back bit for bit) and log.txt's guide line
-_LEAST_JSON = ('{"step":%d,"loss":%r,"steps_per_sec":%r,"samples_per_sec":%r,"time":%r,"first_step":%d,'
-               '"window_steps":1,"seconds":%r,"samples":%d,"step_losses":[%r],"nonfinite":0,"skipped":0,"epoch":0,'
+_LEAST_JSON = ('{"step":%d,"loss":%s,"steps_per_sec":%r,"samples_per_sec":%r,"time":%r,"first_step":%d,'
+               '"window_steps":1,"seconds":%r,"samples":%d,"step_losses":[%s],"nonfinite":0,"skipped":0,"epoch":0,'
                '"rank":0,"world_size":1,"warmup":false,"memory_mib":null,"host_s":{"data":%r,"backward":%r}}\n')
 _LEAST_TEXT = "[%s] (step=%07d) Train Loss: %.4f, Train Steps/Sec: %.2f\n"
 
@@ -274,8 +274,9 @@ class _MinimalLog(_MinimalTracker):
             return
         if int(wall) != self.second:  # the stamp made once a second, as the monitor makes it
             self.second, self.stamp = int(wall), time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(wall))
-        metrics = (_LEAST_JSON % (step, value, 1 / seconds, samples / seconds, wall, step, seconds, samples, value,
-                                  seconds / 4, seconds / 3)).encode()  # two stand-ins for the host times
+        loss_text = float.__repr__(value)  # once: the loss and the window's one step loss
+        metrics = (_LEAST_JSON % (step, loss_text, 1 / seconds, samples / seconds, wall, step, seconds, samples,
+                                  loss_text, seconds / 4, seconds / 3)).encode()  # two stand-ins for the host times
         text = (_LEAST_TEXT % (self.stamp, step, value, 1 / seconds)).encode()
         if self.parts == "write":
             os.write(self.files[0], metrics)
