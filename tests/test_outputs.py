@@ -150,6 +150,7 @@ def test_the_hand_written_metrics_line_is_jsons_line(losses, seconds, samples, f
     assert math.isnan(record["loss"]) == math.isnan(window.loss)
 
 
+_NORM = 0.1 + 0.2  # one float object in two fields: health's at log_every=1
 _numbers = st.one_of(st.none(), st.booleans(), st.integers(-10**12, 10**12), _floats)
 _keys = st.one_of(st.sampled_from(["grad_norm", "step_grad_norms", "grad_nonfinite", "losses", "step", "epoch",
                                    'a"b', "a\\b", "\u00e9", "a\tb", ""]),  # a window's own field; what json escapes
@@ -166,6 +167,9 @@ _field_values = st.one_of(_numbers, st.lists(_numbers, max_size=4), st.tuples(_n
 @example(losses=[1.0], fields={"a\\b": 1.0, 'q"': 2}, reorder=False)  # keys json escapes
 @example(losses=[1.0, 2.0], fields={"grad_norm": 0.5, "pair": (1.0, None), "losses": {"g": 1.5, "d": None}},
          reorder=False)
+@example(losses=[1.0], fields={"grad_norm": _NORM, "step_grad_norms": [_NORM], "grad_nonfinite": 0},
+         reorder=False)  # one float in two fields, written once
+@example(losses=[1.0], fields={"step_grad_norms": [None], "n": 0.25, "m": [0.25]}, reorder=False)  # no float before
 def test_the_hand_written_metrics_line_is_jsons_line_with_the_fields_features_add(losses, fields, reorder):
     entries = [ClosedStep(7 + i, None, None, False, 0.0, 1796119648.5 + i) for i in range(len(losses))]
     window = step_clock.make_window(entries, 0.25, 16, losses)

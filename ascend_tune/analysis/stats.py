@@ -52,9 +52,10 @@ class SortedWindow:
     (``least=1``), exactly, without sorting them at each call (the spike rule asks at every step).
 
     A value in costs a binary search and a list insert (and the oldest's removal once full). The median is then the
-    middle value; the median absolute deviation is the middle one of the distances to it, which need no sort: the
-    values below the median, walked down, and those above it, walked up, give two ascending runs of distances,
-    merged up to their middle (half the window). Values must be finite (NaN has no place in an order).
+    middle value, kept as :attr:`middle` (NaN while empty); the median absolute deviation is the middle one of the
+    distances to it, which need no sort: the values below the median, walked down, and those above it, walked up,
+    give two ascending runs of distances, merged up to their middle (half the window). Values must be finite (NaN
+    has no place in an order).
 
     Parameters:
         size: how many values it keeps.
@@ -64,6 +65,7 @@ class SortedWindow:
     def __init__(self, size: int, values: Iterable[float] = ()):
         self._arrived: deque = deque(maxlen=size)
         self._sorted: list = []
+        self.middle = math.nan  # the median, kept by append: the spike rule reads it at every step, with no call
         for value in values:
             self.append(value)
 
@@ -76,18 +78,22 @@ class SortedWindow:
 
     def append(self, value: float) -> None:
         """Add ``value``; once full, the oldest leaves."""
-        if len(self._arrived) == self._arrived.maxlen:
+        arrived, ordered = self._arrived, self._sorted
+        if len(arrived) == arrived.maxlen:
             # insort (to the right of equal values) keeps equal values in arrival order, as sorted() of the arrival
             # order does, so the oldest is the first of its equals, down to 0.0 against -0.0
-            del self._sorted[bisect_left(self._sorted, self._arrived[0])]
-        self._arrived.append(value)
-        insort(self._sorted, value)
+            del ordered[bisect_left(ordered, arrived[0])]
+        arrived.append(value)
+        insort(ordered, value)
+        n = len(ordered)
+        mid = n // 2
+        self.middle = ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
     def median(self) -> float:
-        """:func:`median` of the values; the window must not be empty."""
-        ordered, n = self._sorted, len(self._sorted)
-        mid = n // 2
-        return ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+        """:func:`median` of the values (:attr:`middle`); the window must not be empty."""
+        if not self._sorted:
+            raise IndexError("the median of an empty window")
+        return self.middle
 
     def spread(self) -> float:
         """``MAD_TO_SIGMA`` x the median absolute deviation (0.0 when empty): ``robust_spread(values, least=1)``."""

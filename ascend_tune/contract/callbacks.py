@@ -154,10 +154,13 @@ class CallbackSet:
         if self._begin:
             self._each_step(self._begin, "on_step_begin", ctx, step)
 
-    def step_end(self, ctx: RunContext, step: int) -> None:
-        """``on_step_end(step)`` of each callback that has one."""
+    def between(self, ctx: RunContext, step: int) -> None:
+        """``on_step_end(step)``, then ``on_step_begin(step + 1)``, of each callback that has one: one call of ours a
+        step boundary."""
         if self._end:
             self._each_step(self._end, "on_step_end", ctx, step)
+        if self._begin:
+            self._each_step(self._begin, "on_step_begin", ctx, step + 1)
 
     def _each_step(self, callbacks: list, hook: str, ctx: RunContext, step: int) -> None:
         """``hook(ctx, step)`` of each of ``callbacks``; one that fails is dropped (or its error raised), one that

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from ..contract.context import RunContext
 
 logger = logging.getLogger("ascend_tune")
-METRICS = ("loss", "grad_norm")
+_isfinite = math.isfinite
 
 
 def build_callback(value: Any, ctx: RunContext) -> Optional[HealthCallback]:
@@ -60,7 +60,8 @@ class HealthCallback(Callback):
         self._derived: dict = {}  # step -> its count when its norm is not finite (0 when it is), read back
         self._indices: dict = {}  # step -> the sample indices of its batches
         self._skipped: set = set()
-        self._rules = {m: SpikeRule(config.window, config.warmup, config.threshold, config.min_rise) for m in METRICS}
+        spike = (config.window, config.warmup, config.threshold, config.min_rise)
+        self._loss_rule, self._norm_rule = SpikeRule(*spike), SpikeRule(*spike)  # the step loss's, the norm's
         self._anomalies: list = []
         self._module_steps: list = []
         self._armed: set = set()  # steps whose module statistics an anomaly asked for
@@ -111,22 +112,27 @@ class HealthCallback(Callback):
         value = self._norms.take()
         if value is not None:
             self._pending[step] = value
-        if ctx.batches is not None and ctx.batches.on:
+        if ctx.batches is not None and ctx.batches.pending:
             self._indices[step] = [i for i in ctx.batches.take() if i is not None] or None
         if self._modules is not None and self._modules.recording:
             records = self._modules.end(step, ctx.rank)
             self._module_steps.append(step)
             self._files["modules"].write(b"".join(json_line(r) for r in records))
-        self._armed.discard(step)
+        if self._armed:
+            self._armed.discard(step)
         if self._own_dump:
             self._dump.on_step_end(ctx, step)
 
     def read_along(self, ctx: RunContext, entries: list) -> Any:
-        values = [self._pending.pop(e.step, None) for e in entries]
-        for entry in entries:
+        values, pending, clipped = [], self._pending, True
+        for entry in entries:  # a loop, no generator: at log_every=1 this runs every step
+            value = pending.pop(entry.step, None)
+            values.append(value)
+            if value is None or value.nonfinite_if is None:
+                clipped = False
             if entry.skipped:
                 self._skipped.add(entry.step)
-        if all(v is not None and v.nonfinite_if is not None for v in values):
+        if clipped:
             # clipped steps: each count follows from its norm (on_window), so the norms ride alone, and one step's
             # as it is: no kernel of ours
             for entry, value in zip(entries, values):
@@ -156,31 +162,31 @@ class HealthCallback(Callback):
         steps = range(window.first_step, window.last_step + 1)
         paired = len(values) > len(steps)  # (norm, count) per step; else the norms alone (read_along)
         raw = values[0::2] if paired else values
-        derived, isnan = self._derived, math.isnan
+        derived, skipped, indices = self._derived, self._skipped, self._indices
+        loss_rule, norm_rule = self._loss_rule, self._norm_rule
         norms, counts = [], []
-        for step, v, c in zip(steps, raw, values[1::2] if paired else raw):
+        # one loop, every step's value and verdicts (at log_every=1 this runs every step)
+        for step, loss, v, c in zip(steps, window.losses, raw, values[1::2] if paired else raw):
             if_nonfinite = derived.pop(step, None)
             if if_nonfinite is not None:  # a clipped step's: it follows from the clip's norm where it can
                 # a NaN norm made every gradient NaN; an infinite one zeroed the finite gradients and made the
                 # infinite ones NaN: which ones is not known without the pass the clip's norm saved (unknown)
-                c = 0 if math.isfinite(v) else if_nonfinite if isnan(v) else None
-            elif isnan(c):
+                c = 0 if _isfinite(v) else if_nonfinite if v != v else None
+            elif c != c:
                 c = None
             counts.append(c)
             # (NaN, NaN) is a step without a value; a NaN norm with a count is a NaN gradient
-            norms.append(None if c is None and isnan(v) else v)
-        loss_rule, norm_rule = self._rules["loss"], self._rules["grad_norm"]
-        skipped, indices = self._skipped, self._indices
-        for step, loss, norm, count in zip(steps, window.losses, norms, counts):
+            norm = None if c is None and v != v else v
+            norms.append(norm)
             verdict = loss_rule.judge(loss)
             if verdict is not None:
-                self._report(ctx, step, "loss", verdict, count)
+                self._report(ctx, step, "loss", verdict, c)
             if step in skipped:  # GradScaler skips the steps whose gradients overflow: by design
                 skipped.discard(step)
             else:
                 verdict = norm_rule.judge(norm)
                 if verdict is not None:
-                    self._report(ctx, step, "grad_norm", verdict, count)
+                    self._report(ctx, step, "grad_norm", verdict, c)
             if indices:
                 indices.pop(step, None)
         if len(norms) == 1:  # log_every=1

@@ -27,6 +27,8 @@ from typing import Optional
 
 from ..analysis import stats
 
+_isfinite, _log, _exp = math.isfinite, math.log, math.exp  # called at every step: no attribute lookup
+
 
 @dataclass(frozen=True)
 class Verdict:
@@ -63,23 +65,23 @@ class SpikeRule:
         """The verdict on the next value of the series (None: nothing to say, or no value)."""
         if value is None:
             return None
-        if not math.isfinite(value):
+        if not _isfinite(value):
             return Verdict(value, "nonfinite", self.median(), None, self.log)
-        if self.log and value <= 0:  # a series that can be <= 0 (a GAN's, an ELBO): judged on its values from now on
+        if value <= 0 and self.log:  # a series that can be <= 0 (a GAN's, an ELBO): judged on its values from now on
             self._values = stats.SortedWindow(self.window, (math.exp(v) for v in self._values))
             self.log = False
-        verdict = None
-        scaled = math.log(value) if self.log else value  # value > 0 here when judged on logs (see above)
+        verdict, log, values = None, self.log, self._values
+        scaled = _log(value) if log else value  # value > 0 here when judged on logs (see above)
         if self._seen >= self.warmup:
-            center = self._values.median()
-            median = math.exp(center) if self.log else center
+            center = values.middle
+            median = _exp(center) if log else center
             # the rise first: most values are below it, and then the spread (half the window's distances) is not
             # needed; both conditions are pure, so the verdicts are those of testing both
             if value > median * (1 + self.min_rise):
-                spread = self._values.spread()
+                spread = values.spread()
                 if scaled > center + self.threshold * spread:
-                    verdict = Verdict(value, "spike", median, spread, self.log)
-        self._values.append(scaled if self.log else value)
+                    verdict = Verdict(value, "spike", median, spread, log)
+        values.append(scaled)
         self._seen += 1
         return verdict
 

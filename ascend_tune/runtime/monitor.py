@@ -344,8 +344,7 @@ class TrainingMonitor:
             self._tracker.on_end = None  # nothing listens to steps from now on: the tracker stops calling
             return
         with self._outputs:  # a SIGTERM waits until a dump or trace being written is whole
-            self._callbacks.step_end(self._ctx, step)
-            self._callbacks.step_begin(self._ctx, step + 1)
+            self._callbacks.between(self._ctx, step)
 
     def _on_commit(self, closed: ClosedStep) -> None:  # its C twin: step_path.c's Hooks_on_commit
         if self._finished or self._log_broken:

@@ -156,23 +156,40 @@ def metrics_line(window: Window, context: dict) -> bytes:
 def _fields(context: dict) -> str:
     """``,"key":value`` for each entry of ``context`` after the monitor's own, as json writes it; KeyError / TypeError
     when the monitor's own do not come first or an entry is not one :func:`_value` writes."""
-    keys = iter(context)
-    for key in _CONTEXT_KEYS:  # window_record's order is the context's: the monitor's own first
-        if next(keys) != key:
-            raise KeyError(key)
-    parts = [""]
-    for key in keys:
-        if key not in _PLAIN_KEYS:
+    keys = tuple(context)
+    if keys[:_OWN] != _CONTEXT_KEYS:  # window_record's order is the context's: the monitor's own first
+        raise KeyError(keys)
+    added = keys[_OWN:]
+    if added not in _PLAIN_FIELDS:
+        for key in added:
             if key in _RECORD_KEYS or type(key) is not str or not _plain(key):
                 raise KeyError(key)  # a field over a window's own (json keeps its place), or one json escapes
-            if len(_PLAIN_KEYS) < 256:  # a feature's fields are a few names, line after line
-                _PLAIN_KEYS.add(key)
+        if len(_PLAIN_FIELDS) < 256:  # a feature's fields are the same few names, line after line
+            _PLAIN_FIELDS.add(added)
+    text, last, said = "", _UNSET, ""
+    for key in added:
         value = context[key]
-        parts.append(f'"{key}":{_float(value) if type(value) is float else _value(value)}')
-    return ",".join(parts)
+        kind = type(value)
+        # a feature's usual fields inline: a number, a count, one window's numbers (at log_every=1 the one number
+        # of the window, the same float as the field before it: written once)
+        if kind is float:
+            last, said = value, _float(value)
+            text += f',"{key}":{said}'
+        elif kind is int:
+            text += f',"{key}":{int.__repr__(value)}'
+        elif kind is list and len(value) == 1 and value[0] is last:
+            text += f',"{key}":[{said}]'
+        elif kind is list and set(map(type, value)) == _FLOAT:
+            text += f',"{key}":[{",".join(map(_float, value))}]'
+        else:
+            text += f',"{key}":{_value(value)}'
+    return text
 
 
-_PLAIN_KEYS: set = set()  # feature fields' names found plain (and none of a window's own) by _fields
+_OWN = len(_CONTEXT_KEYS)
+_UNSET = object()  # no float written yet
+_FLOAT = {float}
+_PLAIN_FIELDS: set = set()  # the names of features' fields found plain (and none of a window's own), as tuples
 
 
 def _plain(key: str) -> bool:

@@ -94,7 +94,9 @@ class _PendingRead:
             tensors = self._tensors
             if self.extra:
                 riders, tensors = tensors[-1], tensors[:-1]
-                self.extra_values = _floats(riders)
+                # one float value (a gradient norm at log_every=1) inline: no frame of ours
+                one = not riders.dim() and riders.is_floating_point()
+                self.extra_values = [riders.item()] if one else _floats(riders)
             flat = list(map(torch.Tensor.item, tensors))
             if len(flat) == len(self.entries):  # every step has its loss: the values in order, as they are
                 return flat
