@@ -239,6 +239,25 @@ def test_a_clip_over_part_of_the_parameters_leaves_the_count_to_the_optimizers_s
     assert calls > 2 * 8  # the optimizer's gradients were normed at its step
 
 
+def test_a_clipped_nan_steps_count_is_the_gradients_the_clip_normed(tmp_path):
+    # the optimizer also holds a layer the forward never uses: no gradient, so neither normed nor made NaN
+    model, _, _ = setup()
+    unused = torch.nn.Linear(8, 8)
+    params = list(model.parameters()) + list(unused.parameters())
+    optimizer = torch.optim.SGD(params, lr=0.1)
+    gen = torch.Generator().manual_seed(0)
+    with TrainingMonitor(model, optimizer, log_dir=tmp_path, quiet=True, health=True):
+        for i in range(3):
+            loss = model(torch.randn(4, 8, generator=gen)).sum() * (math.nan if i == 2 else 1.0)
+            optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            optimizer.step()
+    records = step_records(tmp_path)
+    assert [r["grad_nonfinite"] for r in records] == [0, 0, 4]  # the model's 4 gradients, not the 6 parameters
+    assert math.isnan(records[2]["grad_norm"])
+
+
 # --- the Hugging Face Trainer --------------------------------------------------------------------------------------
 
 class TokenBlocks(torch.utils.data.Dataset):

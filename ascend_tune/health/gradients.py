@@ -11,7 +11,9 @@
 ``grad_nonfinite`` counts the parameters whose gradient holds a NaN or an infinity (seen at the optimizer's step).
 When every parameter the stepping optimizer holds is among those a 2-norm ``clip_grad_norm_`` of the step clipped,
 nothing is computed here: the count follows from the clip's norm, 0 when it is finite, else every one of them (a
-NaN norm makes clipping multiply every gradient by NaN: exactly what the optimizer then holds). A clipped step thus
+NaN norm makes clipping multiply every gradient by NaN: exactly what the optimizer then holds); how many that is,
+torch's clip tells when the optimizer holds its very parameters (the list it gives its inner total norm, torch >=
+2.6), else they are counted at the optimizer's step. A clipped step thus
 costs health no kernel and no copy, only the clip's result kept until the log step. A step GradScaler skips runs no
 optimizer step: its ``grad_nonfinite`` is unknown (NaN), its ``grad_norm`` the clip call's when there was one.
 FSDP2 / DTensor gradients give the global norm (the per-parameter norms made whole, one collective per step); DDP
@@ -49,6 +51,8 @@ class GradNorms:
     def __init__(self) -> None:
         self._clip: Optional[torch.Tensor] = None
         self._clipped: Optional[list] = None  # the parameters the last clip normed when a 2-norm, else None
+        self._normed: Optional[int] = None  # how many gradients the last clip normed, when torch's said
+        self._seen: Optional[int] = None  # how many the clip's inner total norm was given (torch >= 2.6)
         self._parts: list = []  # per optimizer step in this step: (total, count tensor), or (clip norm, int) reused
         self._also: Optional[Any] = None
 
@@ -58,17 +62,17 @@ class GradNorms:
         before they are clipped)."""
         self._also = also
 
-        def pre(opt: Any, args: Any, kwargs: Any) -> None:
+        def both(opt: Any, args: Any, kwargs: Any) -> None:
             self.before_step(opt)
-            if also is not None:
-                also()
+            also()
 
+        hook = self.before_step if also is None else both  # alone: no frame of ours between torch's call and it
         if optimizer is not None:
-            handle = optimizer.register_step_pre_hook(pre)
+            handle = optimizer.register_step_pre_hook(hook)
         else:
             from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-            handle = register_optimizer_step_pre_hook(pre)
+            handle = register_optimizer_step_pre_hook(hook)
         stack.callback(handle.remove)
         utils = torch.nn.utils
         original = utils.clip_grad_norm_
@@ -77,6 +81,10 @@ class GradNorms:
             if owner is not None and getattr(owner, "clip_grad_norm_", None) is original:
                 owner.clip_grad_norm_ = wrapped
                 stack.callback(setattr, owner, "clip_grad_norm_", original)
+        inner = getattr(getattr(utils, "clip_grad", None), "_get_total_norm", None)  # torch >= 2.6
+        if inner is not None:  # what clip_grad_norm_ calls with the gradients it norms: how many, without a read
+            utils.clip_grad._get_total_norm = self._wrap_total(inner)
+            stack.callback(setattr, utils.clip_grad, "_get_total_norm", inner)
         split = getattr(utils, "clip_grads_with_norm_", None)  # torch >= 2.6; not what clip_grad_norm_ calls inside
         if split is not None:
             utils.clip_grads_with_norm_ = self._wrap_split(split)
@@ -95,7 +103,9 @@ class GradNorms:
             if self._also is not None:
                 self._before_clip()
             args, kwargs, params = _listed(args, kwargs)
+            self._seen = None
             total = original(*args, **kwargs)
+            normed, self._seen = self._seen, None
             try:
                 if type(total) is torch.Tensor and not total.requires_grad and not total.dim():
                     self._clip = total  # torch's own: kept as it is (_kept, inline: once a step)
@@ -106,11 +116,23 @@ class GradNorms:
                 # a 2-norm: the default (two arguments, no norm_type, the usual call), else as the call says
                 two = (len(args) < 3 and not kwargs) or _two_norm(args, kwargs)
                 self._clipped = params if params is not None and two else None
+                self._normed = normed
             except Exception:  # our own bookkeeping never reaches the loop
-                self._clip = self._clipped = None
+                self._clip = self._clipped = self._normed = None
             return total
 
         return clip_grad_norm_
+
+    def _wrap_total(self, original: Any) -> Any:
+        """torch's inner total norm, as ``clip_grad_norm_`` calls it with the list of the gradients it norms: their
+        number kept (the clip's count when its norm is not finite), the call unchanged."""
+
+        @functools.wraps(original)
+        def _get_total_norm(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+            self._seen = len(tensors) if type(tensors) is list else None
+            return original(tensors, *args, **kwargs)
+
+        return _get_total_norm
 
     def _wrap_split(self, original: Any) -> Any:
         """torch's split clipping (``get_total_norm``, then ``clip_grads_with_norm_(parameters, max_norm,
@@ -132,14 +154,19 @@ class GradNorms:
 
         return clip_grads_with_norm_
 
-    def before_step(self, optimizer: Any) -> None:
-        """The optimizer is about to apply its gradients: their norms, on the device, unless a clip has them."""
+    def before_step(self, optimizer: Any, args: Any = None, kwargs: Any = None) -> None:
+        """The optimizer is about to apply its gradients: their norms, on the device, unless a clip has them (an
+        optimizer step pre-hook: ``args`` and ``kwargs`` are the step's)."""
         try:
             params = list(chain.from_iterable(map(_PARAMS, optimizer.param_groups)))
-            if self._clipped is not None and _among(params, self._clipped):
-                # its gradients are the clip's: normed, then scaled; only how many there are is needed (counted
-                # in C: no list, no frame of ours)
-                count = sum(map(operator.is_not, map(_GRAD, params), repeat(None)))
+            clipped = self._clipped
+            same = clipped is not None and len(params) == len(clipped) and all(map(operator.is_, params, clipped))
+            if same or (clipped is not None and _among(params, clipped)):
+                # its gradients are the clip's: normed, then scaled; only how many there are is needed: as many as
+                # the clip normed when they are its very parameters and torch said (nothing read), else counted (in
+                # C: no list, no frame of ours)
+                count = self._normed if same and self._normed is not None else sum(
+                    map(operator.is_not, map(_GRAD, params), repeat(None)))
                 if count:
                     self._parts.append((self._clip, count))
                 return
@@ -154,7 +181,7 @@ class GradNorms:
     def take(self) -> Optional[StepNorm]:
         """The step's :class:`StepNorm` (None when it saw neither a clip nor an optimizer step)."""
         parts, clip = self._parts, self._clip
-        self._parts, self._clip, self._clipped = [], None, None
+        self._parts, self._clip, self._clipped, self._normed = [], None, None, None
         if not parts:
             return None if clip is None else StepNorm(clip, None)
         if len(parts) == 1 and isinstance(parts[0][1], int) and parts[0][0] is clip:
@@ -206,8 +233,6 @@ def _listed(args: tuple, kwargs: dict) -> tuple:
 
 def _among(params: list, clipped: list) -> bool:
     """Whether every one of ``params`` is among ``clipped`` (by identity: ``==`` on tensors compares values)."""
-    if len(params) == len(clipped) and all(map(operator.is_, params, clipped)):  # the usual case: the same list
-        return True
     return set(map(id, clipped)).issuperset(map(id, params))
 
 
