@@ -11,11 +11,12 @@
 ``grad_nonfinite`` counts the parameters whose gradient holds a NaN or an infinity (seen at the optimizer's step).
 When every parameter the stepping optimizer holds is among those a 2-norm ``clip_grad_norm_`` of the step clipped,
 nothing is computed here: the count follows from the clip's norm, 0 when it is finite, else every one of them (a
-NaN norm makes clipping multiply every gradient by NaN: exactly what the optimizer then holds); how many that is,
-torch's clip tells when the optimizer holds its very parameters (the list it gives its inner total norm, torch >=
-2.6), else they are counted at the optimizer's step. A clipped step thus
-costs health no kernel and no copy, only the clip's result kept until the log step. A step GradScaler skips runs no
-optimizer step: its ``grad_nonfinite`` is unknown (NaN), its ``grad_norm`` the clip call's when there was one.
+NaN norm makes clipping multiply every gradient by NaN: exactly what the optimizer then holds). How many that is,
+torch's clip tells when the optimizer holds its very parameters (the length of the gradient list it gives its inner
+total norm, torch >= 2.6: no ``.grad`` read of ours); else they are counted at the optimizer's step. A clipped step
+thus costs health no kernel and no copy, only the clip's result kept until the log step. A step GradScaler skips
+runs no optimizer step: its ``grad_nonfinite`` is unknown (NaN), its ``grad_norm`` the clip call's when there was
+one.
 FSDP2 / DTensor gradients give the global norm (the per-parameter norms made whole, one collective per step); DDP
 gradients are the same on every rank after the all-reduce, so the rank's norm is global. Nothing here reads a value
 back: a step's :class:`StepNorm` stays on the device until the log step's read-back.
