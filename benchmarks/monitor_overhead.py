@@ -9,8 +9,9 @@ over the repeats:
 
 - the monitor at ``log_every=1``, ``10`` and ``100`` (``quiet=True``, ``tune=False``: the fused-optimizer swap is a
   speed-up of its own, measured in optimizer_swap.py);
-- the same on the Python step path at ``log_every=10`` and ``100``, where the step path is compiled
-  (runtime/compiled.py): what the C twins of the per-step hooks save, in the same interleaving;
+- the same on the Python step path at ``log_every=1``, ``10`` and ``100``, where the step path is compiled
+  (runtime/compiled.py): what the C twins of the per-step hooks and of a plain window's line save, in the same
+  interleaving;
 - the guide's snippet the monitor replaces: ``loss.item()`` and a ``logging`` line to a file every step;
 - three floors at the monitor's own hook points (the patched ``torch.autograd.backward``, the optimizer's step pre-
   and post-hook, a generator around the loader): "hooks, no-op" calls through them and does nothing else; "a
@@ -470,7 +471,7 @@ def main(argv=None) -> int:
         modes.update({"floor: the minimal log's read alone": run_minimal_log("read"),
                       "floor: the minimal log, lines unwritten": run_minimal_log("format")})
     if compiled.module() is not None:  # the Python step path beside the compiled one, in the same interleaving
-        modes.update({f"{PYTHON_PATH} log_every={k}": run_monitored(k, python=True) for k in (10, 100)})
+        modes.update({f"{PYTHON_PATH} log_every={k}": run_monitored(k, python=True) for k in (1, 10, 100)})
     seconds = interleaved(modes, make_tiny_setup, args.steps, args.repeats)
     bare_step = statistics.median(seconds["bare"]) / args.steps
     print(f"monitor_overhead: Linear(4, 2), {args.steps} steps x {args.repeats} interleaved repeats, bare step "

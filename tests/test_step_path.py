@@ -3,8 +3,10 @@ contained, and the Python path where it cannot be built (its calls a step: test_
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
+import math
 import os
 import subprocess
 import sys
@@ -13,10 +15,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import built_at_once
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch.utils.data import DataLoader, TensorDataset
 
 from ascend_tune import TrainingMonitor
-from ascend_tune.runtime import capture, compiled, steps
+from ascend_tune.formats.log_line import format_log_line
+from ascend_tune.runtime import capture, compiled, log_windows, sinks, step_clock, steps
 
 built = pytest.mark.skipif(compiled.module() is None, reason="the step path is not compiled here (no C compiler or "
                            "no Python.h)")
@@ -176,3 +181,85 @@ def test_ranks_building_at_once_and_a_broken_library_in_the_cache(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert done.stdout.strip() == "True", done.stderr
     assert library.stat().st_size > 1000  # built again
+
+
+_floats = st.floats(allow_nan=True, allow_infinity=True, width=64)
+
+
+@built
+@settings(max_examples=300, deadline=None)
+@given(losses=st.lists(st.one_of(st.none(), _floats), min_size=1, max_size=4),
+       seconds=st.one_of(st.just(0.0), st.floats(min_value=1e-9, max_value=1e6)),
+       samples=st.one_of(st.none(), st.integers(min_value=0, max_value=2**64)),
+       first=st.one_of(st.integers(min_value=0, max_value=10**8), st.just(2**63 - 2)),
+       epoch=st.integers(min_value=0, max_value=10**4), rank=st.integers(min_value=0, max_value=512),
+       warmup=st.booleans(), host=st.tuples(_floats, _floats),
+       when=st.floats(min_value=0, max_value=4e9))
+def test_the_compiled_lines_are_the_python_lines(losses, seconds, samples, first, epoch, rank, warmup, host, when):
+    """step_path.c's two lines of a window are sinks.metrics_line's and format_log_line's bytes; where it would
+    write otherwise than json (a NaN, an infinity, a step without a loss, an int past 64 bits) it hands the window
+    to Python (None)."""
+    entries = [steps.ClosedStep(first + i, None, None, i == 0, 0.0, when + i) for i in range(len(losses))]
+    window = step_clock.make_window(entries, seconds, samples, losses)
+    context = {"epoch": epoch, "rank": rank, "world_size": rank + 1, "warmup": warmup, "memory_mib": None,
+               "host_s": {"data": host[0], "backward": host[1]}}
+    metrics = sinks.metrics_line(window, context)
+    text = format_log_line(window.last_step, window.loss, window.steps_per_sec, window.end_time) + "\n"  # its stamp
+    made = compiled.module().plain_lines(window, epoch, rank, rank + 1, warmup, *host)
+    plain = (None not in losses and b"NaN" not in metrics and b"Infinity" not in metrics
+             and max(first + len(losses) - 1, samples or 0) < 2**63)
+    assert made == ((metrics, text.encode()) if plain else None)
+
+
+def _plain_run(log_dir, log_every: int, nan_at: int = -1) -> list:
+    """12 steps of the usual loop, quiet, at ``log_every`` (a NaN loss at step ``nan_at``): metrics.jsonl's lines."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(TensorDataset(torch.randn(46, 4), torch.randint(0, 3, (46,))), batch_size=4)
+    with TrainingMonitor(model, optimizer, loader, log_dir=log_dir, log_every=log_every, quiet=True):
+        for i, (x, y) in enumerate(loader):
+            loss = F.cross_entropy(model(x), y) * (math.nan if i == nan_at else 1.0)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    return (log_dir / "metrics.jsonl").read_bytes().splitlines(keepends=True)
+
+
+@built
+@pytest.mark.parametrize("log_every", [1, 3])
+def test_a_plain_windows_lines_are_written_in_c_byte_for_byte_as_python_writes_them(tmp_path, monkeypatch,
+                                                                                    log_every):
+    by_python = []
+    write = log_windows.LogWindows.write
+    monkeypatch.setattr(log_windows.LogWindows, "write",
+                        lambda self, window, *args: by_python.append(window.last_step) or write(self, window, *args))
+    lines = _plain_run(tmp_path, log_every)
+    texts = (tmp_path / "log.txt").read_text().splitlines(keepends=True)
+    assert len(lines) == len(texts) == -(-12 // log_every)
+    # Python wrote only the windows whose time stamp was new to its second (the run's first, one more at most)
+    assert len(by_python) <= 2
+    for line, text in zip(lines, texts):
+        record = json.loads(line)
+        window = step_clock.Window(record["first_step"], record["step"], record["seconds"], record["samples"],
+                                   tuple(record["step_losses"]), record["skipped"], record["time"], record["loss"],
+                                   record["nonfinite"], record["steps_per_sec"], record["samples_per_sec"])
+        context = {key: record[key] for key in ("epoch", "rank", "world_size", "warmup", "memory_mib", "host_s")}
+        assert sinks.metrics_line(window, context) == line
+        assert format_log_line(window.last_step, window.loss, window.steps_per_sec, window.end_time) + "\n" == text
+
+
+@built
+def test_a_nan_loss_is_written_as_json_writes_it_on_either_path(tmp_path):
+    timing = ("steps_per_sec", "samples_per_sec", "time", "seconds", "host_s")
+    runs = []
+    for name, block in (("compiled", contextlib.nullcontext), ("python", compiled.python_only)):
+        with block():
+            lines = _plain_run(tmp_path / name, 1, nan_at=4)
+        runs.append([{k: v for k, v in json.loads(line).items() if k not in timing} for line in lines])
+    assert b'"loss":NaN' in lines[4] and runs[0][4]["nonfinite"] == 1
+    assert repr(runs[0]) == repr(runs[1])  # NaN == NaN in the repr
+    logs = [(tmp_path / name / "log.txt").read_text().splitlines() for name in ("compiled", "python")]
+    assert [line.split("]", 1)[1].split(", Train Steps")[0] for line in logs[0]] == \
+        [line.split("]", 1)[1].split(", Train Steps")[0] for line in logs[1]]
+    assert "Train Loss: nan" in logs[0][4]

@@ -5,9 +5,12 @@ report, the backward patch and loss capture, the optimizer's two hooks, the step
 on a 2-core VM, most of it the interpreter itself: the least a step tracker can do in Python costs ~10 us there.
 ``step_path.c`` (beside this module) does the same work in C: :class:`~.steps.StepTracker`'s hot methods over the
 same fields (a compiled base class: the Python methods read and write what the C ones do), ``TrainingMonitor``'s
-``_on_backward`` / ``_on_batch`` / ``_on_commit`` and :func:`.capture.iterate_marked`. Each hands every case but
-the usual one (a GradScaler's loss, the optimizer watch, a closure, several optimizers, explicit steps, held
-backwards, a log step's line) to its Python twin, which stays the definition.
+``_on_backward`` / ``_on_batch`` / ``_on_commit`` and :func:`.capture.iterate_marked`, and, at a log step, a plain
+window's line (``_log_due``: :class:`~.log_windows.LogWindows`' close and write, :func:`.sinks.metrics_line` and
+:func:`~ascend_tune.formats.log_line.format_log_line`'s bytes, each line one ``write``; ~30 us a line less). Each
+hands every case but the usual one (a GradScaler's loss, the optimizer watch, a closure, several optimizers,
+explicit steps, held backwards, a window with a feature's fields, a NaN, a read on a device) to its Python twin,
+which stays the definition.
 
 Built as the replay's measure is (:mod:`..contract.native`): once per machine and Python (the key: the source, the
 interpreter's version and ABI), against the running interpreter's headers (``sysconfig``'s include folder). No
@@ -35,7 +38,8 @@ import torch
 from ..config import env_switch
 from ..contract import native
 from ..errors import ConfigError
-from . import capture, steps
+from ..formats import log_line
+from . import capture, log_windows, sinks, step_clock, steps
 
 logger = logging.getLogger("ascend_tune")
 
@@ -105,6 +109,9 @@ def _load() -> dict:
 def _install(loaded: Any) -> None:
     loaded.setup(steps.StepTracker, steps.OPTIMIZER, time.perf_counter, time.time, torch.Tensor,
                  capture.batch_size, torch._C._len_torch_function_stack)
+    loaded.setup_lines(log_windows.LogWindows, step_clock.StepClock, sinks.TextLogSink, sinks.JsonlSink,
+                       step_clock.Window, step_clock.make_window, step_clock._PROFILER_ENABLED,
+                       getattr(torch._C, "_len_torch_dispatch_stack", None), log_line._stamp_cache, sum)
     tracker = type("StepTracker", (loaded.Tracker, steps.StepTracker), {
         "__module__": steps.__name__, "__doc__": steps.StepTracker.__doc__})
     _loaded.update(module=loaded, tracker=tracker)

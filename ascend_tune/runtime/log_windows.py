@@ -70,6 +70,14 @@ class LogWindows:
         self.totals.windows.append(window)
         riding = read.extra_values[len(names):]  # the optimizers' losses first, then the riders' values
         fields = callbacks.window(ctx, window, riding, layout) if layout else None
+        if names:  # several optimizers: each one's loss
+            fields = {**optimizer_losses(names, read.extra_values[:len(names)]), **(fields or {})}
+        self.write(window, epoch, host, fields)
+
+    def write(self, window: step_clock.Window, epoch: int, host: dict, fields: Optional[dict] = None) -> None:
+        """Write a made window to every sink, with the run's context and ``fields`` (what features and several
+        optimizers add to its line). The compiled step path writes a plain window's two lines itself
+        (step_path.c's ``plain_log_step``) and hands the others here."""
         if not self.sinks:
             return
         kind = self.device.kind if self.device else "cpu"
@@ -81,8 +89,6 @@ class LogWindows:
             "memory_mib": None if kind == "cpu" else device.peak_memory_mib(kind),  # the host has no device peak
             "host_s": host,  # where the window's host time went (host_times.py)
         }
-        if names:  # several optimizers: each one's loss
-            context.update(optimizer_losses(names, read.extra_values[:len(names)]))
         if fields:
             context.update(fields)
         for sink in self.sinks:

@@ -7,6 +7,18 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#if PY_VERSION_HEX < 0x030A0000 /* Python 3.9 */
+static inline PyObject *Py_NewRef(PyObject *o) {
+    Py_INCREF(o);
+    return o;
+}
+#endif
 
 #ifndef Py_TPFLAGS_HAVE_VECTORCALL /* its name before Python 3.12 made it public */
 #define Py_TPFLAGS_HAVE_VECTORCALL _Py_TPFLAGS_HAVE_VECTORCALL
@@ -390,6 +402,433 @@ static PyTypeObject TrackerType = {
     .tp_members = Tracker_members,
 };
 
+/* ---- the log step: LogWindows.close and _write (runtime/log_windows.py) for a plain window on the host ---------
+ *
+ * A plain window: the line is due and no read is pending, one optimizer's losses (0-dim host tensors, no step
+ * without one), no feature reading along, no torch function or dispatch mode and no profiler recording (no one to
+ * see our reads: the Python path's `with INTERNAL` has no reader here), and the sinks log.txt (not echoed) and
+ * metrics.jsonl. Its two lines are formatted here (`lines`: the bytes of sinks.metrics_line and format_log_line)
+ * and each written in one write(2), as LineFile.write does. A value the fast line would not write as json does (a
+ * non-finite number, another type) or a time stamp not made yet this second: the window is still made here, and
+ * written by LogWindows.write in Python. */
+
+static PyObject *log_windows_type, *step_clock_type, *text_sink_type, *jsonl_sink_type, *window_type, *make_window,
+    *profiler_enabled, *len_dispatch_stack, *stamp_cache, *builtin_sum;
+static PyObject *s_callbacks, *s_riders, *s_sinks, *s_device, *s_kind, *s_entries, *s_window_start, *s_outputs,
+    *s_busy, *s_deferred, *s_run_deferred, *s_item, *s_is_cpu, *s_echo, *s_file, *s_fd, *s_fail, *s_totals,
+    *s_epoch, *s_rank, *s_world_size, *s_steady_from, *s_host, *s_write, *s_window_list;
+
+typedef struct {
+    char *p;
+    Py_ssize_t n, cap;
+} Buf;
+
+static int buf_put(Buf *b, const char *s, Py_ssize_t n) {
+    if (b->n + n > b->cap) {
+        Py_ssize_t cap = (b->n + n) * 2;
+        char *p = PyMem_Realloc(b->p, cap);
+        if (p == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    return 0;
+}
+
+static int buf_text(Buf *b, const char *s) { return buf_put(b, s, (Py_ssize_t)strlen(s)); }
+
+/* a float as float.__repr__ writes it ('r') or as '%.<digits>f' does ('f'); 0 when not an exact finite float */
+static int buf_float(Buf *b, PyObject *o, char how, int digits) {
+    if (!PyFloat_CheckExact(o) || !isfinite(PyFloat_AS_DOUBLE(o))) return 0;
+    char *s = PyOS_double_to_string(PyFloat_AS_DOUBLE(o), how, digits, how == 'r' ? Py_DTSF_ADD_DOT_0 : 0, NULL);
+    if (s == NULL) return -1;
+    int r = buf_text(b, s) < 0 ? -1 : 1;
+    PyMem_Free(s);
+    return r;
+}
+
+/* an exact int as %d writes it (zero-padded to `width`); 0 for another type or one past long long */
+static int buf_int(Buf *b, PyObject *o, int width) {
+    if (!PyLong_CheckExact(o)) return 0;
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (overflow) return 0;
+    if (v == -1 && PyErr_Occurred()) return -1;
+    char s[32];
+    snprintf(s, sizeof s, "%0*lld", width, v);
+    return buf_text(b, s) < 0 ? -1 : 1;
+}
+
+#define PUT(call) do { int r_ = (call); if (r_ <= 0) return r_; } while (0)
+#define TEXT(s) PUT(buf_text(b, s) < 0 ? -1 : 1)
+
+/* sinks.metrics_line(window, context) for the monitor's own context, memory None: 1 written, 0 not plain */
+static int metrics_bytes(Buf *b, PyObject *w, PyObject *epoch, PyObject *rank, PyObject *world, int warmup,
+                         PyObject *data, PyObject *backward) {
+    PyObject *losses = PyTuple_GET_ITEM(w, 4), *sps = PyTuple_GET_ITEM(w, 10), *samples = PyTuple_GET_ITEM(w, 3);
+    if (!PyTuple_CheckExact(losses) || PyTuple_GET_SIZE(losses) == 0) return 0;
+    TEXT("{\"step\":"); PUT(buf_int(b, PyTuple_GET_ITEM(w, 1), 0));
+    TEXT(",\"loss\":"); PUT(buf_float(b, PyTuple_GET_ITEM(w, 7), 'r', 0));
+    TEXT(",\"steps_per_sec\":"); PUT(buf_float(b, PyTuple_GET_ITEM(w, 9), 'r', 0));
+    TEXT(",\"samples_per_sec\":");
+    if (sps == Py_None) TEXT("null"); else PUT(buf_float(b, sps, 'r', 0));
+    TEXT(",\"time\":"); PUT(buf_float(b, PyTuple_GET_ITEM(w, 6), 'r', 0));
+    TEXT(",\"first_step\":"); PUT(buf_int(b, PyTuple_GET_ITEM(w, 0), 0));
+    char n[32];
+    snprintf(n, sizeof n, "%zd", PyTuple_GET_SIZE(losses));
+    TEXT(",\"window_steps\":"); TEXT(n);
+    TEXT(",\"seconds\":"); PUT(buf_float(b, PyTuple_GET_ITEM(w, 2), 'r', 0));
+    TEXT(",\"samples\":");
+    if (samples == Py_None) TEXT("null"); else PUT(buf_int(b, samples, 0));
+    TEXT(",\"step_losses\":[");
+    if (PyTuple_GET_SIZE(losses) == 1) PUT(buf_float(b, PyTuple_GET_ITEM(w, 7), 'r', 0)); /* the loss itself */
+    else
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(losses); i++) {
+            if (i) TEXT(",");
+            PUT(buf_float(b, PyTuple_GET_ITEM(losses, i), 'r', 0));
+        }
+    TEXT("],\"nonfinite\":"); PUT(buf_int(b, PyTuple_GET_ITEM(w, 8), 0));
+    TEXT(",\"skipped\":"); PUT(buf_int(b, PyTuple_GET_ITEM(w, 5), 0));
+    TEXT(",\"epoch\":"); PUT(buf_int(b, epoch, 0));
+    TEXT(",\"rank\":"); PUT(buf_int(b, rank, 0));
+    TEXT(",\"world_size\":"); PUT(buf_int(b, world, 0));
+    TEXT(warmup ? ",\"warmup\":true" : ",\"warmup\":false");
+    TEXT(",\"memory_mib\":null,\"host_s\":{\"data\":"); PUT(buf_float(b, data, 'r', 0));
+    TEXT(",\"backward\":"); PUT(buf_float(b, backward, 'r', 0));
+    TEXT("}}\n");
+    return 1;
+}
+
+/* format_log_line(...) + "\n" (formats/log_line.py), with the time stamp its cache holds for this second */
+static int text_bytes(Buf *b, PyObject *w) {
+    PyObject *when = PyTuple_GET_ITEM(w, 6);
+    if (!PyList_CheckExact(stamp_cache) || PyList_GET_SIZE(stamp_cache) != 2 || !PyFloat_CheckExact(when)) return 0;
+    double t = PyFloat_AS_DOUBLE(when);
+    PyObject *second = PyList_GET_ITEM(stamp_cache, 0), *stamp = PyList_GET_ITEM(stamp_cache, 1);
+    if (!(fabs(t) < 1e15) || !PyLong_CheckExact(second) || !PyUnicode_CheckExact(stamp)) return 0;
+    long long s = PyLong_AsLongLong(second);
+    if (s == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (s != (long long)t) return 0; /* int(when): a new second, its stamp made in Python */
+    Py_ssize_t size;
+    const char *text = PyUnicode_AsUTF8AndSize(stamp, &size);
+    if (text == NULL) return -1;
+    TEXT("[");
+    PUT(buf_put(b, text, size) < 0 ? -1 : 1);
+    TEXT("] (step="); PUT(buf_int(b, PyTuple_GET_ITEM(w, 1), 7));
+    TEXT(") Train Loss: "); PUT(buf_float(b, PyTuple_GET_ITEM(w, 7), 'f', 4));
+    TEXT(", Train Steps/Sec: "); PUT(buf_float(b, PyTuple_GET_ITEM(w, 9), 'f', 2));
+    TEXT("\n");
+    return 1;
+}
+
+/* both lines of a window: 1 (made), 0 (not plain: Python writes them), -1 error */
+static int lines(PyObject *w, PyObject *epoch, PyObject *rank, PyObject *world, int warmup, PyObject *data,
+                 PyObject *backward, Buf *metrics, Buf *text) {
+    if (!PyTuple_Check(w) || PyTuple_GET_SIZE(w) != 11) return 0;
+    int r = metrics_bytes(metrics, w, epoch, rank, world, warmup, data, backward);
+    return r <= 0 ? r : text_bytes(text, w);
+}
+
+/* plain_lines(window, epoch, rank, world_size, warmup, data, backward): (metrics.jsonl's line, log.txt's) as
+   bytes, or None where Python writes them (the test of the two formatters) */
+static PyObject *plain_lines(PyObject *module, PyObject *args) {
+    PyObject *w, *epoch, *rank, *world, *data, *backward;
+    int warmup;
+    if (!PyArg_ParseTuple(args, "OOOOpOO:plain_lines", &w, &epoch, &rank, &world, &warmup, &data, &backward))
+        return NULL;
+    Buf metrics = {NULL, 0, 0}, text = {NULL, 0, 0};
+    int r = lines(w, epoch, rank, world, warmup, data, backward, &metrics, &text);
+    PyObject *out = r < 0 ? NULL : r == 0 ? Py_NewRef(Py_None)
+        : Py_BuildValue("(y#y#)", metrics.p, metrics.n, text.p, text.n);
+    PyMem_Free(metrics.p);
+    PyMem_Free(text.p);
+    return out;
+}
+
+/* LineFile.write (contract/outputs.py): one write(2); a short one's torn part taken back; a failure is the
+   file's (its _fail: the output is switched off, the run goes on) */
+static int write_line(PyObject *sink, Buf *b) {
+    PyObject *file = PyObject_GetAttr(sink, s_file);
+    PyObject *fd_obj = file ? PyObject_GetAttr(file, s_fd) : NULL;
+    if (fd_obj == NULL || fd_obj == Py_None) {
+        Py_XDECREF(fd_obj);
+        Py_XDECREF(file);
+        return fd_obj == NULL ? -1 : 0; /* None: a failed file drops its lines */
+    }
+    int fd = PyLong_AsLong(fd_obj);
+    Py_DECREF(fd_obj);
+    if (fd == -1 && PyErr_Occurred()) {
+        Py_DECREF(file);
+        return -1;
+    }
+    Py_ssize_t written;
+    int err;
+    for (;;) {
+        Py_BEGIN_ALLOW_THREADS
+        written = write(fd, b->p, (size_t)b->n);
+        err = errno;
+        Py_END_ALLOW_THREADS
+        if (written >= 0 || err != EINTR) break;
+        if (PyErr_CheckSignals() < 0) { /* os.write's way: a signal handler's exception is raised */
+            Py_DECREF(file);
+            return -1;
+        }
+    }
+    PyObject *exc = NULL;
+    if (written < 0) {
+        exc = PyObject_CallFunction(PyExc_OSError, "is", err, strerror(err));
+    } else if (written != b->n) { /* the disk filled inside this line */
+        struct stat st;
+        if (fstat(fd, &st) == 0) (void)!ftruncate(fd, st.st_size - written);
+        exc = PyObject_CallFunction(PyExc_OSError, "is", ENOSPC, strerror(ENOSPC));
+    } else {
+        Py_DECREF(file);
+        return 0;
+    }
+    PyObject *r = exc ? PyObject_CallMethodOneArg(file, s_fail, exc) : NULL;
+    Py_XDECREF(exc);
+    Py_DECREF(file);
+    if (r == NULL) return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* whether the window about to close is plain (see above): 1, 0, or -1 with an error; `*sinks` and `*entries` get
+   new references when 1 */
+static int plain_window(PyObject *monitor, PyObject *windows, PyObject *clock, PyObject **sinks, PyObject **entries) {
+    int plain = 0;
+    PyObject *pending = NULL, *callbacks = NULL, *riders = NULL, *device = NULL, *list = NULL, *out = NULL;
+    *sinks = *entries = NULL;
+    if ((PyObject *)Py_TYPE(windows) != log_windows_type || (PyObject *)Py_TYPE(clock) != step_clock_type) return 0;
+    if ((pending = PyObject_GetAttr(windows, s_pending)) == NULL) goto done;
+    if (!PyList_CheckExact(pending) || PyList_GET_SIZE(pending)) goto done;
+    if ((callbacks = PyObject_GetAttr(monitor, s_callbacks)) == NULL) goto done;
+    if ((riders = PyObject_GetAttr(callbacks, s_riders)) == NULL) goto done;
+    if (truth(riders)) goto done;
+    if ((device = PyObject_GetAttr(windows, s_device)) == NULL) goto done;
+    if (device != Py_None) {
+        PyObject *kind = PyObject_GetAttr(device, s_kind);
+        if (kind == NULL) goto done;
+        int cpu = PyUnicode_Check(kind) && PyUnicode_CompareWithASCIIString(kind, "cpu") == 0;
+        Py_DECREF(kind);
+        if (!cpu) goto done;
+    }
+    PyObject *callables[] = {len_function_stack, len_dispatch_stack, profiler_enabled};
+    for (int i = 0; i < 3; i++) {
+        if (callables[i] == NULL || callables[i] == Py_None) goto done; /* a torch without it: unknown */
+        PyObject *v = PyObject_CallNoArgs(callables[i]);
+        if (v == NULL) goto done;
+        int on = truth(v);
+        Py_DECREF(v);
+        if (on) goto done; /* a mode would see our reads, a profiler wants them annotated: the Python path */
+    }
+    if ((list = PyObject_GetAttr(windows, s_sinks)) == NULL) goto done;
+    if (!PyList_CheckExact(list)) goto done;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list); i++) {
+        PyObject *sink = PyList_GET_ITEM(list, i), *type = (PyObject *)Py_TYPE(sink);
+        if (type == text_sink_type) {
+            PyObject *echo = PyObject_GetAttr(sink, s_echo);
+            if (echo == NULL) goto done;
+            int shown = truth(echo);
+            Py_DECREF(echo);
+            if (shown) goto done; /* the console's line goes through logging: Python's */
+        } else if (type != jsonl_sink_type) {
+            goto done;
+        }
+    }
+    if ((out = PyObject_GetAttr(clock, s_entries)) == NULL) goto done;
+    if (!PyList_CheckExact(out) || PyList_GET_SIZE(out) == 0) goto done;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(out); i++) {
+        Closed *e = (Closed *)PyList_GET_ITEM(out, i);
+        if (Py_TYPE(e) != &ClosedType || truth(e->losses) != 0 || e->loss == NULL ||
+            (PyObject *)Py_TYPE(e->loss) != tensor_type || !PyFloat_CheckExact(e->at))
+            goto done;
+        PyObject *cpu = PyObject_GetAttr(e->loss, s_is_cpu);
+        if (cpu == NULL) goto done;
+        int host = cpu == Py_True;
+        Py_DECREF(cpu);
+        if (!host) goto done;
+    }
+    plain = 1;
+    *sinks = Py_NewRef(list);
+    *entries = Py_NewRef(out);
+done:
+    Py_XDECREF(pending); Py_XDECREF(callbacks); Py_XDECREF(riders); Py_XDECREF(device); Py_XDECREF(list);
+    Py_XDECREF(out);
+    return PyErr_Occurred() ? -1 : plain;
+}
+
+/* step_clock.make_window for host floats (each value an exact float): the same Window, the same sums */
+static PyObject *window_of(PyObject *entries, PyObject *seconds, PyObject *samples, PyObject *values) {
+    Py_ssize_t n = PyList_GET_SIZE(entries);
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (!PyFloat_CheckExact(PyList_GET_ITEM(values, i)))
+            return PyObject_CallFunctionObjArgs(make_window, entries, seconds, samples, values, NULL);
+    Closed *first = (Closed *)PyList_GET_ITEM(entries, 0), *last = (Closed *)PyList_GET_ITEM(entries, n - 1);
+    int timed = PyFloat_AS_DOUBLE(seconds) > 0;
+    PyObject *sps = NULL, *rate = NULL, *skipped = NULL, *losses = NULL, *loss = NULL, *count = NULL;
+    PyObject *nonfinite = NULL, *w = NULL;
+    sps = samples == Py_None || !timed ? Py_NewRef(Py_None) : PyNumber_TrueDivide(samples, seconds);
+    if (sps == NULL || (count = PyLong_FromSsize_t(n)) == NULL) goto done;
+    rate = timed ? PyNumber_TrueDivide(count, seconds) : PyFloat_FromDouble(Py_HUGE_VAL);
+    if (rate == NULL || (losses = PyList_AsTuple(values)) == NULL) goto done;
+    long bad = 0, skips = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        bad += !isfinite(PyFloat_AS_DOUBLE(PyList_GET_ITEM(values, i)));
+        int s = truth(((Closed *)PyList_GET_ITEM(entries, i))->skipped);
+        if (s < 0) goto done;
+        skips += s;
+    }
+    if (n == 1) {
+        loss = Py_NewRef(PyList_GET_ITEM(values, 0));
+        skipped = PyNumber_Long(first->skipped);
+    } else {
+        PyObject *sum = PyObject_CallOneArg(builtin_sum, values); /* Python's own float sum */
+        loss = sum ? PyNumber_TrueDivide(sum, count) : NULL;
+        Py_XDECREF(sum);
+        skipped = PyLong_FromLong(skips);
+    }
+    if (loss == NULL || skipped == NULL || (nonfinite = PyLong_FromLong(bad)) == NULL) goto done;
+    PyObject *items = PyTuple_Pack(11, first->step, last->step, seconds, samples, losses, skipped, last->wall, loss,
+                                   nonfinite, rate, sps);
+    PyObject *args = items ? PyTuple_Pack(1, items) : NULL;
+    Py_XDECREF(items);
+    w = args ? PyTuple_Type.tp_new((PyTypeObject *)window_type, args, NULL) : NULL; /* tuple.__new__(Window, ..) */
+    Py_XDECREF(args);
+done:
+    Py_XDECREF(sps); Py_XDECREF(rate); Py_XDECREF(skipped); Py_XDECREF(losses); Py_XDECREF(loss);
+    Py_XDECREF(count); Py_XDECREF(nonfinite);
+    return w;
+}
+
+/* the window's lines written to the sinks: made here, or by LogWindows.write where not plain */
+static int write_window(PyObject *monitor, PyObject *windows, PyObject *sinks, PyObject *w, PyObject *host) {
+    if (PyList_GET_SIZE(sinks) == 0) return 0;
+    int r = -1, warmup = -1;
+    PyObject *epoch = PyObject_GetAttr(monitor, s_epoch);
+    PyObject *rank = epoch ? PyObject_GetAttr(windows, s_rank) : NULL;
+    PyObject *world = rank ? PyObject_GetAttr(windows, s_world_size) : NULL;
+    PyObject *steady = world ? PyObject_GetAttr(windows, s_steady_from) : NULL;
+    if (steady) warmup = PyObject_RichCompareBool(PyTuple_GET_ITEM(w, 0), steady, Py_LT);
+    Buf metrics = {NULL, 0, 0}, text = {NULL, 0, 0};
+    if (warmup >= 0) {
+        r = lines(w, epoch, rank, world, warmup, PyTuple_GET_ITEM(host, 0), PyTuple_GET_ITEM(host, 1), &metrics,
+                  &text);
+    }
+    if (r == 1) {
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(sinks) && r == 1; i++) {
+            PyObject *sink = PyList_GET_ITEM(sinks, i);
+            r = write_line(sink, (PyObject *)Py_TYPE(sink) == text_sink_type ? &text : &metrics) < 0 ? -1 : 1;
+        }
+    } else if (r == 0) {
+        PyObject *taken = Py_BuildValue("{sOsO}", "data", PyTuple_GET_ITEM(host, 0), "backward",
+                                        PyTuple_GET_ITEM(host, 1));
+        PyObject *done = taken ? PyObject_CallMethodObjArgs(windows, s_write, w, epoch, taken, NULL) : NULL;
+        Py_XDECREF(taken);
+        r = done ? 1 : -1;
+        Py_XDECREF(done);
+    }
+    PyMem_Free(metrics.p);
+    PyMem_Free(text.p);
+    Py_XDECREF(epoch); Py_XDECREF(rank); Py_XDECREF(world); Py_XDECREF(steady);
+    return r < 0 ? -1 : 0;
+}
+
+/* HostTimes.take: (data, backward), both reset */
+static PyObject *take_host(PyObject *windows) {
+    PyObject *host = PyObject_GetAttr(windows, s_host);
+    if (host == NULL) return NULL;
+    PyObject *data = PyObject_GetAttr(host, s_data);
+    PyObject *backward = data ? PyObject_GetAttr(host, s_backward) : NULL;
+    PyObject *zero = backward ? PyFloat_FromDouble(0.0) : NULL;
+    PyObject *out = NULL;
+    if (zero && PyObject_SetAttr(host, s_data, zero) == 0 && PyObject_SetAttr(host, s_backward, zero) == 0)
+        out = PyTuple_Pack(2, data, backward);
+    Py_XDECREF(zero); Py_XDECREF(data); Py_XDECREF(backward); Py_DECREF(host);
+    return out;
+}
+
+/* `with outputs:` (contract/outputs.py's __enter__ / __exit__): busy while the lines are written; what a SIGTERM
+   deferred meanwhile runs at the end */
+static int outputs_busy(PyObject *outputs, long by) {
+    PyObject *busy = PyObject_GetAttr(outputs, s_busy);
+    if (busy == NULL) return -1;
+    long now = PyLong_AsLong(busy) + by;
+    Py_DECREF(busy);
+    if (PyErr_Occurred()) return -1;
+    PyObject *value = PyLong_FromLong(now);
+    int r = value ? PyObject_SetAttr(outputs, s_busy, value) : -1;
+    Py_XDECREF(value);
+    if (r < 0 || by > 0 || now) return r;
+    PyObject *deferred = PyObject_GetAttr(outputs, s_deferred);
+    int any = deferred ? truth(deferred) : -1;
+    Py_XDECREF(deferred);
+    if (any != 1) return any;
+    PyObject *ran = PyObject_CallMethodNoArgs(outputs, s_run_deferred);
+    Py_XDECREF(ran);
+    return ran ? 0 : -1;
+}
+
+/* TrainingMonitor._log_due for a plain window: 1 written, 0 not plain (the Python path), -1 error */
+static int plain_log_step(PyObject *monitor) {
+    PyObject *windows = PyObject_GetAttr(monitor, s_windows);
+    PyObject *clock = windows ? PyObject_GetAttr(monitor, s_clock) : NULL;
+    PyObject *sinks = NULL, *entries = NULL, *outputs = NULL;
+    int plain = clock ? plain_window(monitor, windows, clock, &sinks, &entries) : -1;
+    if (plain == 1) outputs = PyObject_GetAttr(monitor, s_outputs);
+    if (plain != 1 || outputs == NULL || outputs_busy(outputs, 1) < 0) {
+        Py_XDECREF(windows); Py_XDECREF(clock); Py_XDECREF(sinks); Py_XDECREF(entries); Py_XDECREF(outputs);
+        return plain == 1 ? -1 : plain;
+    }
+    int r = -1;
+    Py_ssize_t n = PyList_GET_SIZE(entries);
+    /* StepClock.close_window */
+    PyObject *taken = PyList_GetSlice(entries, 0, n), *values = NULL, *w = NULL, *host = NULL, *totals = NULL;
+    PyObject *start = NULL, *seconds = NULL, *samples = NULL, *all = NULL;
+    if (taken == NULL || PyList_SetSlice(entries, 0, n, NULL) < 0) goto done;
+    PyObject *end = ((Closed *)PyList_GET_ITEM(taken, n - 1))->at;
+    if ((start = PyObject_GetAttr(clock, s_window_start)) == NULL) goto done;
+    if ((seconds = PyNumber_Subtract(end, start)) == NULL || !PyFloat_CheckExact(seconds)) goto done;
+    samples = PyLong_FromLong(0);
+    for (Py_ssize_t i = 0; i < n && samples != NULL && samples != Py_None; i++) {
+        PyObject *s = ((Closed *)PyList_GET_ITEM(taken, i))->samples;
+        Py_SETREF(samples, is_none(s) ? Py_NewRef(Py_None) : PyNumber_Add(samples, s));
+    }
+    if (samples == NULL || PyObject_SetAttr(clock, s_window_start, end) < 0) goto done;
+    /* the reads: each loss as .item() gives it, where it lies */
+    if ((values = PyList_New(n)) == NULL) goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *v = PyObject_CallMethodNoArgs(((Closed *)PyList_GET_ITEM(taken, i))->loss, s_item);
+        if (v == NULL) goto done;
+        PyList_SET_ITEM(values, i, v);
+    }
+    if ((host = take_host(windows)) == NULL) goto done;
+    if ((w = window_of(taken, seconds, samples, values)) == NULL) goto done;
+    totals = PyObject_GetAttr(windows, s_totals);
+    all = totals ? PyObject_GetAttr(totals, s_window_list) : NULL;
+    if (all == NULL || PyList_Append(all, w) < 0) goto done;
+    r = write_window(monitor, windows, sinks, w, host) < 0 ? -1 : 1;
+done:
+    Py_XDECREF(taken); Py_XDECREF(values); Py_XDECREF(w); Py_XDECREF(host); Py_XDECREF(totals);
+    Py_XDECREF(start); Py_XDECREF(seconds); Py_XDECREF(samples); Py_XDECREF(all);
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb); /* the block's end runs whatever ended it, and that error goes on */
+    if (outputs_busy(outputs, -1) < 0) {
+        r = -1;
+        if (type != NULL) PyErr_Clear();
+    }
+    if (type != NULL) PyErr_Restore(type, value, tb);
+    Py_DECREF(windows); Py_DECREF(clock); Py_DECREF(sinks); Py_DECREF(entries); Py_DECREF(outputs);
+    return r;
+}
+
 /* ---- the monitor's hooks: backward (capture.patch_backward + TrainingMonitor._on_backward), the batch
    (TrainingMonitor._on_batch), the commit (TrainingMonitor._on_commit) --------------------------------------------- */
 
@@ -592,7 +1031,7 @@ static PyObject *Hooks_on_commit(Hooks *self, PyObject *const *args, Py_ssize_t 
     }
     if (skip) Py_RETURN_NONE;
     /* self.clock.commit(closed); (closed.step + 1) % self.log_every == 0 or self._windows.pending */
-    int due = -1;
+    int due = -1, line = 0;
     PyObject *clock = PyObject_GetAttr(self->monitor, s_clock);
     PyObject *r = clock ? PyObject_CallMethodOneArg(clock, s_commit, closed) : NULL;
     Py_XDECREF(clock);
@@ -604,7 +1043,7 @@ static PyObject *Hooks_on_commit(Hooks *self, PyObject *const *args, Py_ssize_t 
         Py_XDECREF(step);
         Py_XDECREF(every);
         if (!PyErr_Occurred() && k > 0) {
-            due = ((n + 1) % k + k) % k == 0; /* Python's modulo: never negative */
+            due = line = ((n + 1) % k + k) % k == 0; /* Python's modulo: never negative */
             if (!due) {
                 PyObject *windows = PyObject_GetAttr(self->monitor, s_windows);
                 PyObject *pending = windows ? PyObject_GetAttr(windows, s_pending) : NULL;
@@ -617,8 +1056,9 @@ static PyObject *Hooks_on_commit(Hooks *self, PyObject *const *args, Py_ssize_t 
         }
     }
     if (due == 1) {
-        r = PyObject_CallMethodOneArg(self->monitor, s_log_due, closed);
-        if (r == NULL) due = -1;
+        int written = line ? plain_log_step(self->monitor) : 0; /* a plain window's line: here */
+        r = written ? NULL : PyObject_CallMethodOneArg(self->monitor, s_log_due, closed);
+        if (written < 0 || (!written && r == NULL)) due = -1;
         Py_XDECREF(r);
     }
     if (due < 0) {
@@ -817,8 +1257,23 @@ static PyObject *setup(PyObject *module, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* setup_lines(LogWindows, StepClock, TextLogSink, JsonlSink, Window, make_window, profiler_enabled,
+   len_dispatch_stack, stamp_cache, sum): what the log step reads and hands on (None: a torch without it) */
+static PyObject *setup_lines(PyObject *module, PyObject *args) {
+    PyObject *given[10];
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOO:setup_lines", &given[0], &given[1], &given[2], &given[3], &given[4],
+                          &given[5], &given[6], &given[7], &given[8], &given[9]))
+        return NULL;
+    PyObject **into[] = {&log_windows_type, &step_clock_type, &text_sink_type, &jsonl_sink_type, &window_type,
+                         &make_window, &profiler_enabled, &len_dispatch_stack, &stamp_cache, &builtin_sum};
+    for (int i = 0; i < 10; i++) put(into[i], given[i]);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef module_methods[] = {
     {"setup", setup, METH_VARARGS, "The Python functions the compiled ones hand unusual cases to."},
+    {"setup_lines", setup_lines, METH_VARARGS, "The classes and functions of the log step."},
+    {"plain_lines", plain_lines, METH_VARARGS, "A window's metrics.jsonl and log.txt lines, or None."},
     {NULL}};
 
 static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "ascend_tune_step_path",
@@ -832,7 +1287,13 @@ PyMODINIT_FUNC PyInit_ascend_tune_step_path(void) {
         {&s_pending, "pending"}, {&s_events, "_events"}, {&s_clock, "clock"}, {&s_commit, "commit"},
         {&s_shape, "shape"}, {&s_step, "step"}, {&s_log_due, "_log_due"}, {&s_on, "on"},
         {&s_handed_out, "handed_out"}, {&s_commit_failed, "_commit_failed"},
-        {&s_on_backward, "_on_backward"}, {&s_on_batch, "_on_batch"}};
+        {&s_on_backward, "_on_backward"}, {&s_on_batch, "_on_batch"}, {&s_callbacks, "_callbacks"},
+        {&s_riders, "riders"}, {&s_sinks, "sinks"}, {&s_device, "device"}, {&s_kind, "kind"},
+        {&s_entries, "_entries"}, {&s_window_start, "_window_start"}, {&s_outputs, "_outputs"}, {&s_busy, "busy"},
+        {&s_deferred, "_deferred"}, {&s_run_deferred, "run_deferred"}, {&s_item, "item"}, {&s_is_cpu, "is_cpu"},
+        {&s_echo, "_echo"}, {&s_file, "_file"}, {&s_fd, "_fd"}, {&s_fail, "_fail"}, {&s_totals, "totals"},
+        {&s_epoch, "epoch"}, {&s_rank, "rank"}, {&s_world_size, "world_size"}, {&s_steady_from, "_steady_from"},
+        {&s_host, "host"}, {&s_write, "write"}, {&s_window_list, "windows"}};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if ((*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL) return NULL;
     PyTypeObject *types[] = {&ClosedType, &TrackerType, &HooksType, &MarkedType};
