@@ -191,8 +191,8 @@ _floats = st.floats(allow_nan=True, allow_infinity=True, width=64)
 @given(losses=st.lists(st.one_of(st.none(), _floats), min_size=1, max_size=4),
        seconds=st.one_of(st.just(0.0), st.floats(min_value=1e-9, max_value=1e6)),
        samples=st.one_of(st.none(), st.integers(min_value=0, max_value=2**64)),
-       first=st.one_of(st.integers(min_value=0, max_value=10**8), st.just(2**63 - 2)),
-       epoch=st.integers(min_value=0, max_value=10**4), rank=st.integers(min_value=0, max_value=512),
+       first=st.one_of(st.integers(min_value=-10**3, max_value=10**8), st.sampled_from([2**63 - 2, -2**63])),
+       epoch=st.integers(min_value=-10**4, max_value=10**4), rank=st.integers(min_value=0, max_value=512),
        warmup=st.booleans(), host=st.tuples(_floats, _floats),
        when=st.floats(min_value=0, max_value=4e9))
 def test_the_compiled_lines_are_the_python_lines(losses, seconds, samples, first, epoch, rank, warmup, host, when):

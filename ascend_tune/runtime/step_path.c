@@ -441,6 +441,17 @@ static int buf_put(Buf *b, const char *s, Py_ssize_t n) {
 
 static int buf_text(Buf *b, const char *s) { return buf_put(b, s, (Py_ssize_t)strlen(s)); }
 
+/* the `n` bytes written at `at` once more (a float's repr: 24 bytes at most; copied first, as the buffer may move) */
+static int buf_again(Buf *b, Py_ssize_t at, Py_ssize_t n) {
+    char copy[32];
+    if (n > (Py_ssize_t)sizeof copy) {
+        PyErr_SetString(PyExc_SystemError, "a float's repr longer than 32 bytes");
+        return -1;
+    }
+    memcpy(copy, b->p + at, n);
+    return buf_put(b, copy, n);
+}
+
 /* a float as float.__repr__ writes it ('r') or as '%.<digits>f' does ('f'); 0 when not an exact finite float */
 static int buf_float(Buf *b, PyObject *o, char how, int digits) {
     if (!PyFloat_CheckExact(o) || !isfinite(PyFloat_AS_DOUBLE(o))) return 0;
@@ -451,6 +462,19 @@ static int buf_float(Buf *b, PyObject *o, char how, int digits) {
     return r;
 }
 
+/* `v` as %d writes it, zero-padded to `width` digits and sign (no printf: its parser costs more than the digits) */
+static int buf_digits(Buf *b, long long v, int width) {
+    char s[32], *end = s + sizeof s, *p = end;
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    do {
+        *--p = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    while (end - p < width - (v < 0)) *--p = '0';
+    if (v < 0) *--p = '-';
+    return buf_put(b, p, end - p);
+}
+
 /* an exact int as %d writes it (zero-padded to `width`); 0 for another type or one past long long */
 static int buf_int(Buf *b, PyObject *o, int width) {
     if (!PyLong_CheckExact(o)) return 0;
@@ -458,9 +482,7 @@ static int buf_int(Buf *b, PyObject *o, int width) {
     long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
     if (overflow) return 0;
     if (v == -1 && PyErr_Occurred()) return -1;
-    char s[32];
-    snprintf(s, sizeof s, "%0*lld", width, v);
-    return buf_text(b, s) < 0 ? -1 : 1;
+    return buf_digits(b, v, width) < 0 ? -1 : 1;
 }
 
 #define PUT(call) do { int r_ = (call); if (r_ <= 0) return r_; } while (0)
@@ -472,20 +494,22 @@ static int metrics_bytes(Buf *b, PyObject *w, PyObject *epoch, PyObject *rank, P
     PyObject *losses = PyTuple_GET_ITEM(w, 4), *sps = PyTuple_GET_ITEM(w, 10), *samples = PyTuple_GET_ITEM(w, 3);
     if (!PyTuple_CheckExact(losses) || PyTuple_GET_SIZE(losses) == 0) return 0;
     TEXT("{\"step\":"); PUT(buf_int(b, PyTuple_GET_ITEM(w, 1), 0));
-    TEXT(",\"loss\":"); PUT(buf_float(b, PyTuple_GET_ITEM(w, 7), 'r', 0));
+    TEXT(",\"loss\":");
+    Py_ssize_t loss_at = b->n;
+    PUT(buf_float(b, PyTuple_GET_ITEM(w, 7), 'r', 0));
+    Py_ssize_t loss_size = b->n - loss_at;
     TEXT(",\"steps_per_sec\":"); PUT(buf_float(b, PyTuple_GET_ITEM(w, 9), 'r', 0));
     TEXT(",\"samples_per_sec\":");
     if (sps == Py_None) TEXT("null"); else PUT(buf_float(b, sps, 'r', 0));
     TEXT(",\"time\":"); PUT(buf_float(b, PyTuple_GET_ITEM(w, 6), 'r', 0));
     TEXT(",\"first_step\":"); PUT(buf_int(b, PyTuple_GET_ITEM(w, 0), 0));
-    char n[32];
-    snprintf(n, sizeof n, "%zd", PyTuple_GET_SIZE(losses));
-    TEXT(",\"window_steps\":"); TEXT(n);
+    TEXT(",\"window_steps\":"); PUT(buf_digits(b, PyTuple_GET_SIZE(losses), 0) < 0 ? -1 : 1);
     TEXT(",\"seconds\":"); PUT(buf_float(b, PyTuple_GET_ITEM(w, 2), 'r', 0));
     TEXT(",\"samples\":");
     if (samples == Py_None) TEXT("null"); else PUT(buf_int(b, samples, 0));
     TEXT(",\"step_losses\":[");
-    if (PyTuple_GET_SIZE(losses) == 1) PUT(buf_float(b, PyTuple_GET_ITEM(w, 7), 'r', 0)); /* the loss itself */
+    if (PyTuple_GET_SIZE(losses) == 1) /* the loss itself, as written above */
+        PUT(buf_again(b, loss_at, loss_size) < 0 ? -1 : 1);
     else
         for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(losses); i++) {
             if (i) TEXT(",");
