@@ -41,10 +41,28 @@ def _no_device_override(monkeypatch):
     device.reset_detection()
 
 
+def read_by_us(frame) -> bool:
+    """Whether a read of a tensor's values that ``frame`` made is ascend_tune's: made by its Python code, or inside
+    its own work's mark (``internal()``) with no frame of ours on the stack (the compiled step path's reads); torch's
+    own (the loader's seed, an optimizer run by the tuning's measure) are not."""
+    from ascend_tune.recording.frames import in_internal
+
+    if frame.f_globals.get("__name__", "").startswith("ascend_tune"):
+        return True
+    if not in_internal():
+        return False
+    while frame is not None:
+        if frame.f_globals.get("__name__", "").startswith("ascend_tune"):
+            return False  # torch's code run by ours
+        frame = frame.f_back
+    return True
+
+
 @pytest.fixture
 def host_reads(monkeypatch) -> list:
     """The reads of a tensor's values to the host (``item``, ``cpu``, ``tolist``, ``numpy``, ``float()``,
-    ``bool()``) that ascend_tune's own code makes, by name, in order (each one a stall on an accelerator)."""
+    ``bool()``) that ascend_tune makes (:func:`read_by_us`), by name, in order (each one a stall on an
+    accelerator)."""
     import sys
 
     calls: list = []
@@ -52,7 +70,7 @@ def host_reads(monkeypatch) -> list:
         original = getattr(torch.Tensor, name)
 
         def counting(self, *args, _original=original, _name=name, **kwargs):
-            if sys._getframe(1).f_globals.get("__name__", "").startswith("ascend_tune"):
+            if read_by_us(sys._getframe(1)):
                 calls.append(_name)
             return _original(self, *args, **kwargs)
 

@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import SEED_LINE, read_jsonl, read_log, train
+from conftest import SEED_LINE, read_by_us, read_jsonl, read_log, train
 from torch.utils.data import DataLoader, DistributedSampler
 
 from ascend_tune import AscendTuneError, TrainingMonitor
@@ -79,9 +79,7 @@ def test_no_host_reads_between_log_steps(setup, tmp_path, monkeypatch, health):
         original = getattr(torch.Tensor, name)
 
         def counting(self, *args, _original=original, _name=name, **kwargs):
-            # the loader's own read (its seed) is not ours; ours come from our Python or from the compiled step
-            # path (step_path.c, called under torch's optimizer hooks: no frame of ours)
-            if not sys._getframe(1).f_globals.get("__name__", "").startswith("torch.utils.data"):
+            if read_by_us(sys._getframe(1)):  # torch's own reads (the DataLoader's seed) are not ours
                 calls.append(_name)
             return _original(self, *args, **kwargs)
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import built_at_once
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -184,6 +184,13 @@ def test_ranks_building_at_once_and_a_broken_library_in_the_cache(tmp_path):
 
 
 _floats = st.floats(allow_nan=True, allow_infinity=True, width=64)
+_keys = st.one_of(st.sampled_from(["grad_norm", "step", "epoch", 'a"b', "a\\b", "\u00e9", "a\tb", "", "~"]),
+                  st.text(max_size=6))
+_values = st.one_of(st.none(), st.booleans(), st.integers(-2**64, 2**64), _floats, st.text(max_size=2))
+_field_values = st.recursive(_values, lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                              st.tuples(inner, inner),
+                                                              st.dictionaries(st.text(max_size=2), inner, max_size=2)),
+                             max_leaves=6)
 
 
 @built
@@ -194,30 +201,59 @@ _floats = st.floats(allow_nan=True, allow_infinity=True, width=64)
        first=st.one_of(st.integers(min_value=-10**3, max_value=10**8), st.sampled_from([2**63 - 2, -2**63])),
        epoch=st.integers(min_value=-10**4, max_value=10**4), rank=st.integers(min_value=0, max_value=512),
        warmup=st.booleans(), host=st.tuples(_floats, _floats),
-       when=st.floats(min_value=0, max_value=4e9))
-def test_the_compiled_lines_are_the_python_lines(losses, seconds, samples, first, epoch, rank, warmup, host, when):
-    """step_path.c's two lines of a window are sinks.metrics_line's and format_log_line's bytes; where it would
-    write otherwise than json (a NaN, an infinity, a step without a loss, an int past 64 bits) it hands the window
-    to Python (None)."""
+       when=st.floats(min_value=0, max_value=4e9),
+       fields=st.one_of(st.none(), st.fixed_dictionaries({  # health's, or any a feature adds
+           "grad_norm": st.one_of(st.none(), _floats), "step_grad_norms": st.lists(st.one_of(st.none(), _floats)),
+           "grad_nonfinite": st.one_of(st.none(), st.integers(0, 2**70))}), st.dictionaries(_keys, _field_values)))
+@example(losses=[1.0], seconds=0.5, samples=4, first=3, epoch=0, rank=0, warmup=False, host=(0.1, 0.2), when=1e9,
+         fields={"step": 1.0, "x": 2})  # a window's own name: json keeps the record's place
+@example(losses=[1.0], seconds=0.5, samples=4, first=3, epoch=0, rank=0, warmup=False, host=(0.1, 0.2), when=1e9,
+         fields={"n": [1.0, (2, None, True)], "m": {"a": 1}})  # nested lists; a dict (Python's to write)
+@example(losses=[1.0], seconds=0.5, samples=4, first=3, epoch=0, rank=0, warmup=False, host=(0.1, 0.2), when=1e9,
+         fields={"a\\b": 1.0})  # a key json escapes
+@example(losses=[1.0], seconds=0.5, samples=4, first=3, epoch=0, rank=0, warmup=False, host=(0.1, 0.2), when=1e9,
+         fields={'q"': 1.0, "~": [0.5, -0.0]})
+def test_the_compiled_lines_are_the_python_lines(losses, seconds, samples, first, epoch, rank, warmup, host, when,
+                                                 fields):
+    """step_path.c's two lines of a window, with the fields features add, are sinks.metrics_line's and
+    format_log_line's bytes; where it would write otherwise than json (a NaN, an infinity, a step without a loss,
+    an int past 64 bits, a key json escapes or one of the record's own, a dict) it hands the window to Python
+    (None), never a line of its own."""
     entries = [steps.ClosedStep(first + i, None, None, i == 0, 0.0, when + i) for i in range(len(losses))]
     window = step_clock.make_window(entries, seconds, samples, losses)
     context = {"epoch": epoch, "rank": rank, "world_size": rank + 1, "warmup": warmup, "memory_mib": None,
-               "host_s": {"data": host[0], "backward": host[1]}}
+               "host_s": {"data": host[0], "backward": host[1]}, **(fields or {})}
     metrics = sinks.metrics_line(window, context)
     text = format_log_line(window.last_step, window.loss, window.steps_per_sec, window.end_time) + "\n"  # its stamp
-    made = compiled.module().plain_lines(window, epoch, rank, rank + 1, warmup, *host)
+    made = compiled.module().plain_lines(window, epoch, rank, rank + 1, warmup, *host, fields)
+    assert made in (None, (metrics, text.encode()))
     plain = (None not in losses and b"NaN" not in metrics and b"Infinity" not in metrics
-             and max(first + len(losses) - 1, samples or 0) < 2**63)
-    assert made == ((metrics, text.encode()) if plain else None)
+             and max(first + len(losses) - 1, samples or 0) < 2**63 and _plain_fields(fields or {}))
+    assert (made is not None) == plain
 
 
-def _plain_run(log_dir, log_every: int, nan_at: int = -1) -> list:
+def _plain_fields(fields: dict) -> bool:
+    """Whether step_path.c writes these fields itself: plain keys (printable ASCII, no quote or backslash, none of a
+    window's or the context's own), values None, bools, ints of 64 bits, finite floats, lists and tuples of them."""
+    def plain(value) -> bool:
+        if type(value) in (list, tuple):
+            return all(map(plain, value))
+        if type(value) is int:
+            return -2**63 <= value < 2**63
+        return value is None or type(value) is bool or type(value) is float and math.isfinite(value)
+
+    own = set(sinks._RECORD_KEYS)
+    return all(type(k) is str and k.isascii() and k.isprintable() and '"' not in k and "\\" not in k and k not in own
+               and plain(v) for k, v in fields.items())
+
+
+def _plain_run(log_dir, log_every: int, nan_at: int = -1, health=None) -> list:
     """12 steps of the usual loop, quiet, at ``log_every`` (a NaN loss at step ``nan_at``): metrics.jsonl's lines."""
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 3)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     loader = DataLoader(TensorDataset(torch.randn(46, 4), torch.randint(0, 3, (46,))), batch_size=4)
-    with TrainingMonitor(model, optimizer, loader, log_dir=log_dir, log_every=log_every, quiet=True):
+    with TrainingMonitor(model, optimizer, loader, log_dir=log_dir, log_every=log_every, quiet=True, health=health):
         for i, (x, y) in enumerate(loader):
             loss = F.cross_entropy(model(x), y) * (math.nan if i == nan_at else 1.0)
             optimizer.zero_grad()
@@ -228,13 +264,14 @@ def _plain_run(log_dir, log_every: int, nan_at: int = -1) -> list:
 
 @built
 @pytest.mark.parametrize("log_every", [1, 3])
+@pytest.mark.parametrize("health", [None, True])
 def test_a_plain_windows_lines_are_written_in_c_byte_for_byte_as_python_writes_them(tmp_path, monkeypatch,
-                                                                                    log_every):
+                                                                                    log_every, health):
     by_python = []
     write = log_windows.LogWindows.write
     monkeypatch.setattr(log_windows.LogWindows, "write",
                         lambda self, window, *args: by_python.append(window.last_step) or write(self, window, *args))
-    lines = _plain_run(tmp_path, log_every)
+    lines = _plain_run(tmp_path, log_every, health=health)
     texts = (tmp_path / "log.txt").read_text().splitlines(keepends=True)
     assert len(lines) == len(texts) == -(-12 // log_every)
     # Python wrote only the windows whose time stamp was new to its second (the run's first, one more at most)
@@ -244,7 +281,9 @@ def test_a_plain_windows_lines_are_written_in_c_byte_for_byte_as_python_writes_t
         window = step_clock.Window(record["first_step"], record["step"], record["seconds"], record["samples"],
                                    tuple(record["step_losses"]), record["skipped"], record["time"], record["loss"],
                                    record["nonfinite"], record["steps_per_sec"], record["samples_per_sec"])
-        context = {key: record[key] for key in ("epoch", "rank", "world_size", "warmup", "memory_mib", "host_s")}
+        keys = list(record)
+        context = {key: record[key] for key in keys[keys.index("epoch"):]}  # the monitor's, then the features'
+        assert ("grad_norm" in context) == bool(health)
         assert sinks.metrics_line(window, context) == line
         assert format_log_line(window.last_step, window.loss, window.steps_per_sec, window.end_time) + "\n" == text
 
@@ -263,3 +302,43 @@ def test_a_nan_loss_is_written_as_json_writes_it_on_either_path(tmp_path):
     assert [line.split("]", 1)[1].split(", Train Steps")[0] for line in logs[0]] == \
         [line.split("]", 1)[1].split(", Train Steps")[0] for line in logs[1]]
     assert "Train Loss: nan" in logs[0][4]
+
+
+class _Rider:
+    """A feature reading one value a step along with the losses, as a tensor subclass (a Parameter): not a plain host
+    tensor, so the compiled path hands the window's read to Python (LogWindows.read)."""
+
+    name = "rider"
+
+    def read_along(self, ctx, entries):
+        return torch.nn.Parameter(torch.tensor([float(e.step) for e in entries]), requires_grad=False)
+
+    def on_window(self, ctx, window, values):
+        return {"last_seen": values[-1]}
+
+
+@built
+def test_a_window_whose_riders_are_not_on_the_host_is_read_by_python_with_the_same_line(tmp_path, monkeypatch):
+    from ascend_tune.contract.callbacks import Callback
+
+    rider = type("Rider", (_Rider, Callback), {})
+    handed = []
+    read = log_windows.LogWindows.read
+    monkeypatch.setattr(log_windows.LogWindows, "read", lambda self, entries, *args: handed.append(
+        entries[-1].step) or read(self, entries, *args))
+    records = []
+    for name, block in (("compiled", contextlib.nullcontext), ("python", compiled.python_only)):
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 3)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        loader = DataLoader(TensorDataset(torch.randn(24, 4), torch.randint(0, 3, (24,))), batch_size=4)
+        with block(), TrainingMonitor(model, optimizer, loader, log_dir=tmp_path / name, log_every=2, quiet=True,
+                                      callbacks=[rider()]):
+            for x, y in loader:
+                F.cross_entropy(model(x), y).backward()
+                optimizer.step()
+                optimizer.zero_grad()
+        lines = (tmp_path / name / "metrics.jsonl").read_text().splitlines()
+        records.append([(r["step"], r["step_losses"], r["last_seen"]) for r in map(json.loads, lines)])
+    assert records[0] == records[1] == [(s, records[1][i][1], float(s)) for i, s in enumerate((1, 3, 5))]
+    assert handed == [1, 3, 5] * 2  # each window of either run read by Python

@@ -9,8 +9,8 @@ same fields (a compiled base class: the Python methods read and write what the C
 window's line (``_log_due``: :class:`~.log_windows.LogWindows`' close and write, :func:`.sinks.metrics_line` and
 :func:`~ascend_tune.formats.log_line.format_log_line`'s bytes, each line one ``write``; ~30 us a line less). Each
 hands every case but the usual one (a GradScaler's loss, the optimizer watch, a closure, several optimizers,
-explicit steps, held backwards, a window with a feature's fields, a NaN, a read on a device) to its Python twin,
-which stays the definition.
+explicit steps, held backwards, a NaN in a line, a read on a device) to its Python twin, which stays the
+definition.
 
 Built as the replay's measure is (:mod:`..contract.native`): once per machine and Python (the key: the source, the
 interpreter's version and ABI), against the running interpreter's headers (``sysconfig``'s include folder). No
@@ -111,7 +111,8 @@ def _install(loaded: Any) -> None:
                  capture.batch_size, torch._C._len_torch_function_stack)
     loaded.setup_lines(log_windows.LogWindows, step_clock.StepClock, sinks.TextLogSink, sinks.JsonlSink,
                        step_clock.Window, step_clock.make_window, step_clock._PROFILER_ENABLED,
-                       getattr(torch._C, "_len_torch_dispatch_stack", None), log_line._stamp_cache, sum)
+                       getattr(torch._C, "_len_torch_dispatch_stack", None), log_line._stamp_cache, sum,
+                       step_clock._floats)
     tracker = type("StepTracker", (loaded.Tracker, steps.StepTracker), {
         "__module__": steps.__name__, "__doc__": steps.StepTracker.__doc__})
     _loaded.update(module=loaded, tracker=tracker)

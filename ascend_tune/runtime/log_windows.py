@@ -46,6 +46,12 @@ class LogWindows:
         """Close the clock's window and start its read; write it now when it is already on the host."""
         entries, seconds, samples = clock.close_window()
         extra, layout = callbacks.read_along(ctx, entries) if callbacks.riders else (None, [])
+        self.read(entries, seconds, samples, epoch, extra, layout, callbacks, ctx)
+
+    def read(self, entries: list, seconds: float, samples: Optional[int], epoch: int, extra: Any, layout: list,
+             callbacks: Any, ctx: Any) -> None:
+        """Start the read of a closed window (``extra``, ``layout``: what the features read along with it); write it
+        now when it is on the host. The compiled step path reads a plain window's itself and hands others here."""
         names: list = []
         if any(map(_LOSSES, entries)):  # several optimizers stepping (no call of ours otherwise)
             names, losses = optimizer_loss_tensors(entries)

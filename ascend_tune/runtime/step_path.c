@@ -404,19 +404,22 @@ static PyTypeObject TrackerType = {
 
 /* ---- the log step: LogWindows.close and _write (runtime/log_windows.py) for a plain window on the host ---------
  *
- * A plain window: the line is due and no read is pending, one optimizer's losses (0-dim host tensors, no step
- * without one), no feature reading along, no torch function or dispatch mode and no profiler recording (no one to
- * see our reads: the Python path's `with INTERNAL` has no reader here), and the sinks log.txt (not echoed) and
- * metrics.jsonl. Its two lines are formatted here (`lines`: the bytes of sinks.metrics_line and format_log_line)
- * and each written in one write(2), as LineFile.write does. A value the fast line would not write as json does (a
- * non-finite number, another type) or a time stamp not made yet this second: the window is still made here, and
- * written by LogWindows.write in Python. */
+ * A plain window: the line is due and no read is pending, one optimizer's losses (plain host tensors, no step
+ * without one), no torch function or dispatch mode and no profiler recording, and the sinks log.txt (not echoed)
+ * and metrics.jsonl. The features that read along (health's gradient norms) are called as LogWindows calls them,
+ * their values read on the host (elsewhere: LogWindows.read takes the window over); the whole step is marked as
+ * the monitor's own work (`with INTERNAL`) and as a write in progress (`with outputs`). Its two lines are formatted
+ * here (`lines`: the bytes of sinks.metrics_line and format_log_line) and each written in one write(2), as
+ * LineFile.write does. A value the fast line would not write as json does (a non-finite number, a dict, another
+ * type) or a time stamp not made yet this second: the window is still made here, and written by LogWindows.write
+ * in Python. */
 
 static PyObject *log_windows_type, *step_clock_type, *text_sink_type, *jsonl_sink_type, *window_type, *make_window,
-    *profiler_enabled, *len_dispatch_stack, *stamp_cache, *builtin_sum;
+    *profiler_enabled, *len_dispatch_stack, *stamp_cache, *builtin_sum, *floats_of;
 static PyObject *s_callbacks, *s_riders, *s_sinks, *s_device, *s_kind, *s_entries, *s_window_start, *s_outputs,
     *s_busy, *s_deferred, *s_run_deferred, *s_item, *s_is_cpu, *s_echo, *s_file, *s_fd, *s_fail, *s_totals,
-    *s_epoch, *s_rank, *s_world_size, *s_steady_from, *s_host, *s_write, *s_window_list;
+    *s_epoch, *s_rank, *s_world_size, *s_steady_from, *s_host, *s_write, *s_window_list, *s_ctx, *s_read_along,
+    *s_read, *s_window, *s_dim, *s_is_floating_point;
 
 typedef struct {
     char *p;
@@ -488,9 +491,58 @@ static int buf_int(Buf *b, PyObject *o, int width) {
 #define PUT(call) do { int r_ = (call); if (r_ <= 0) return r_; } while (0)
 #define TEXT(s) PUT(buf_text(b, s) < 0 ? -1 : 1)
 
+/* a field's value as sinks._value writes it (json's bytes) for None, bools, ints, finite floats and lists or
+   tuples of them; 0 for anything else (a dict, a string, a NaN: Python writes the line) */
+static int buf_value(Buf *b, PyObject *v, int depth) {
+    if (v == Py_None) return buf_text(b, "null") < 0 ? -1 : 1;
+    if (v == Py_True || v == Py_False) return buf_text(b, v == Py_True ? "true" : "false") < 0 ? -1 : 1;
+    if (PyLong_CheckExact(v)) return buf_int(b, v, 0);
+    if (PyFloat_CheckExact(v)) return buf_float(b, v, 'r', 0);
+    if ((!PyList_CheckExact(v) && !PyTuple_CheckExact(v)) || depth > 8) return 0;
+    PyObject *items = PySequence_Fast(v, "a list");
+    if (items == NULL) return -1;
+    int r = buf_text(b, "[") < 0 ? -1 : 1;
+    for (Py_ssize_t i = 0; r == 1 && i < PySequence_Fast_GET_SIZE(items); i++) {
+        if (i && buf_text(b, ",") < 0) r = -1;
+        else r = buf_value(b, PySequence_Fast_GET_ITEM(items, i), depth + 1);
+    }
+    Py_DECREF(items);
+    return r == 1 ? (buf_text(b, "]") < 0 ? -1 : 1) : r;
+}
+
+/* the fields of window_record and the monitor's own context: a feature's field of one of these names takes the
+   record's place in json, not the end of the line */
+static const char *record_keys[] = {"step", "loss", "steps_per_sec", "samples_per_sec", "time", "first_step",
+                                    "window_steps", "seconds", "samples", "step_losses", "nonfinite", "skipped",
+                                    "epoch", "rank", "world_size", "warmup", "memory_mib", "host_s"};
+
+/* `,"key":value` for each field a feature adds (sinks._fields): plain keys only (printable ASCII without a quote or
+   a backslash, none of the record's); 0 where json would write them otherwise */
+static int buf_fields(Buf *b, PyObject *fields) {
+    if (fields == NULL || fields == Py_None) return 1;
+    if (!PyDict_CheckExact(fields)) return 0;
+    PyObject *key, *value;
+    Py_ssize_t at = 0;
+    while (PyDict_Next(fields, &at, &key, &value)) {
+        Py_ssize_t size;
+        const char *name = PyUnicode_CheckExact(key) && PyUnicode_IS_ASCII(key) ? PyUnicode_AsUTF8AndSize(key, &size)
+                                                                                  : NULL;
+        if (name == NULL) return PyErr_Occurred() ? -1 : 0;
+        for (Py_ssize_t i = 0; i < size; i++)
+            if (name[i] < 0x20 || name[i] > 0x7e || name[i] == '"' || name[i] == '\\') return 0;
+        for (size_t i = 0; i < sizeof record_keys / sizeof record_keys[0]; i++)
+            if (strcmp(name, record_keys[i]) == 0) return 0;
+        TEXT(",\"");
+        PUT(buf_put(b, name, size) < 0 ? -1 : 1);
+        TEXT("\":");
+        PUT(buf_value(b, value, 0));
+    }
+    return 1;
+}
+
 /* sinks.metrics_line(window, context) for the monitor's own context, memory None: 1 written, 0 not plain */
 static int metrics_bytes(Buf *b, PyObject *w, PyObject *epoch, PyObject *rank, PyObject *world, int warmup,
-                         PyObject *data, PyObject *backward) {
+                         PyObject *data, PyObject *backward, PyObject *fields) {
     PyObject *losses = PyTuple_GET_ITEM(w, 4), *sps = PyTuple_GET_ITEM(w, 10), *samples = PyTuple_GET_ITEM(w, 3);
     if (!PyTuple_CheckExact(losses) || PyTuple_GET_SIZE(losses) == 0) return 0;
     TEXT("{\"step\":"); PUT(buf_int(b, PyTuple_GET_ITEM(w, 1), 0));
@@ -523,7 +575,9 @@ static int metrics_bytes(Buf *b, PyObject *w, PyObject *epoch, PyObject *rank, P
     TEXT(warmup ? ",\"warmup\":true" : ",\"warmup\":false");
     TEXT(",\"memory_mib\":null,\"host_s\":{\"data\":"); PUT(buf_float(b, data, 'r', 0));
     TEXT(",\"backward\":"); PUT(buf_float(b, backward, 'r', 0));
-    TEXT("}}\n");
+    TEXT("}");
+    PUT(buf_fields(b, fields));
+    TEXT("}\n");
     return 1;
 }
 
@@ -554,21 +608,22 @@ static int text_bytes(Buf *b, PyObject *w) {
 
 /* both lines of a window: 1 (made), 0 (not plain: Python writes them), -1 error */
 static int lines(PyObject *w, PyObject *epoch, PyObject *rank, PyObject *world, int warmup, PyObject *data,
-                 PyObject *backward, Buf *metrics, Buf *text) {
+                 PyObject *backward, PyObject *fields, Buf *metrics, Buf *text) {
     if (!PyTuple_Check(w) || PyTuple_GET_SIZE(w) != 11) return 0;
-    int r = metrics_bytes(metrics, w, epoch, rank, world, warmup, data, backward);
+    int r = metrics_bytes(metrics, w, epoch, rank, world, warmup, data, backward, fields);
     return r <= 0 ? r : text_bytes(text, w);
 }
 
-/* plain_lines(window, epoch, rank, world_size, warmup, data, backward): (metrics.jsonl's line, log.txt's) as
-   bytes, or None where Python writes them (the test of the two formatters) */
+/* plain_lines(window, epoch, rank, world_size, warmup, data, backward, fields=None): (metrics.jsonl's line,
+   log.txt's) as bytes, or None where Python writes them (the test of the two formatters) */
 static PyObject *plain_lines(PyObject *module, PyObject *args) {
-    PyObject *w, *epoch, *rank, *world, *data, *backward;
+    PyObject *w, *epoch, *rank, *world, *data, *backward, *fields = Py_None;
     int warmup;
-    if (!PyArg_ParseTuple(args, "OOOOpOO:plain_lines", &w, &epoch, &rank, &world, &warmup, &data, &backward))
+    if (!PyArg_ParseTuple(args, "OOOOpOO|O:plain_lines", &w, &epoch, &rank, &world, &warmup, &data, &backward,
+                          &fields))
         return NULL;
     Buf metrics = {NULL, 0, 0}, text = {NULL, 0, 0};
-    int r = lines(w, epoch, rank, world, warmup, data, backward, &metrics, &text);
+    int r = lines(w, epoch, rank, world, warmup, data, backward, fields, &metrics, &text);
     PyObject *out = r < 0 ? NULL : r == 0 ? Py_NewRef(Py_None)
         : Py_BuildValue("(y#y#)", metrics.p, metrics.n, text.p, text.n);
     PyMem_Free(metrics.p);
@@ -626,16 +681,13 @@ static int write_line(PyObject *sink, Buf *b) {
 
 /* whether the window about to close is plain (see above): 1, 0, or -1 with an error; `*sinks` and `*entries` get
    new references when 1 */
-static int plain_window(PyObject *monitor, PyObject *windows, PyObject *clock, PyObject **sinks, PyObject **entries) {
+static int plain_window(PyObject *windows, PyObject *clock, PyObject **sinks, PyObject **entries) {
     int plain = 0;
-    PyObject *pending = NULL, *callbacks = NULL, *riders = NULL, *device = NULL, *list = NULL, *out = NULL;
+    PyObject *pending = NULL, *device = NULL, *list = NULL, *out = NULL;
     *sinks = *entries = NULL;
     if ((PyObject *)Py_TYPE(windows) != log_windows_type || (PyObject *)Py_TYPE(clock) != step_clock_type) return 0;
     if ((pending = PyObject_GetAttr(windows, s_pending)) == NULL) goto done;
     if (!PyList_CheckExact(pending) || PyList_GET_SIZE(pending)) goto done;
-    if ((callbacks = PyObject_GetAttr(monitor, s_callbacks)) == NULL) goto done;
-    if ((riders = PyObject_GetAttr(callbacks, s_riders)) == NULL) goto done;
-    if (truth(riders)) goto done;
     if ((device = PyObject_GetAttr(windows, s_device)) == NULL) goto done;
     if (device != Py_None) {
         PyObject *kind = PyObject_GetAttr(device, s_kind);
@@ -684,7 +736,7 @@ static int plain_window(PyObject *monitor, PyObject *windows, PyObject *clock, P
     *sinks = Py_NewRef(list);
     *entries = Py_NewRef(out);
 done:
-    Py_XDECREF(pending); Py_XDECREF(callbacks); Py_XDECREF(riders); Py_XDECREF(device); Py_XDECREF(list);
+    Py_XDECREF(pending); Py_XDECREF(device); Py_XDECREF(list);
     Py_XDECREF(out);
     return PyErr_Occurred() ? -1 : plain;
 }
@@ -733,7 +785,8 @@ done:
 }
 
 /* the window's lines written to the sinks: made here, or by LogWindows.write where not plain */
-static int write_window(PyObject *monitor, PyObject *windows, PyObject *sinks, PyObject *w, PyObject *host) {
+static int write_window(PyObject *monitor, PyObject *windows, PyObject *sinks, PyObject *w, PyObject *host,
+                        PyObject *fields) {
     if (PyList_GET_SIZE(sinks) == 0) return 0;
     int r = -1, warmup = -1;
     PyObject *epoch = PyObject_GetAttr(monitor, s_epoch);
@@ -743,8 +796,8 @@ static int write_window(PyObject *monitor, PyObject *windows, PyObject *sinks, P
     if (steady) warmup = PyObject_RichCompareBool(PyTuple_GET_ITEM(w, 0), steady, Py_LT);
     Buf metrics = {NULL, 0, 0}, text = {NULL, 0, 0};
     if (warmup >= 0) {
-        r = lines(w, epoch, rank, world, warmup, PyTuple_GET_ITEM(host, 0), PyTuple_GET_ITEM(host, 1), &metrics,
-                  &text);
+        r = lines(w, epoch, rank, world, warmup, PyTuple_GET_ITEM(host, 0), PyTuple_GET_ITEM(host, 1), fields,
+                  &metrics, &text);
     }
     if (r == 1) {
         for (Py_ssize_t i = 0; i < PyList_GET_SIZE(sinks) && r == 1; i++) {
@@ -754,7 +807,8 @@ static int write_window(PyObject *monitor, PyObject *windows, PyObject *sinks, P
     } else if (r == 0) {
         PyObject *taken = Py_BuildValue("{sOsO}", "data", PyTuple_GET_ITEM(host, 0), "backward",
                                         PyTuple_GET_ITEM(host, 1));
-        PyObject *done = taken ? PyObject_CallMethodObjArgs(windows, s_write, w, epoch, taken, NULL) : NULL;
+        PyObject *more = fields ? fields : Py_None;
+        PyObject *done = taken ? PyObject_CallMethodObjArgs(windows, s_write, w, epoch, taken, more, NULL) : NULL;
         Py_XDECREF(taken);
         r = done ? 1 : -1;
         Py_XDECREF(done);
@@ -800,23 +854,74 @@ static int outputs_busy(PyObject *outputs, long by) {
     return ran ? 0 : -1;
 }
 
+/* `with INTERNAL:` (recording/frames.py): this thread's work is the monitor's own (`by`: +1 entering, -1 leaving) */
+static int mark_internal(PyObject *marks, long by) {
+    long depth = 0;
+    PyObject *now = PyObject_GetAttr(marks, s_internal);
+    if (now == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return -1;
+        PyErr_Clear(); /* never marked on this thread: 0 */
+    } else {
+        depth = PyLong_AsLong(now);
+        Py_DECREF(now);
+        if (PyErr_Occurred()) return -1;
+    }
+    PyObject *value = PyLong_FromLong(depth + by);
+    int r = value ? PyObject_SetAttr(marks, s_internal, value) : -1;
+    Py_XDECREF(value);
+    return r;
+}
+
+/* the values the features read along with the window's losses (LogWindows.close: callbacks.read_along), read
+   where they lie as step_clock._PendingRead does; `*riding` stays NULL where they are not on the host (the
+   window's read is then Python's: LogWindows.read) */
+static int read_riders(PyObject *extra, PyObject **riding) {
+    *riding = NULL;
+    if (extra == Py_None) {
+        *riding = PyList_New(0);
+        return *riding ? 0 : -1;
+    }
+    if ((PyObject *)Py_TYPE(extra) != tensor_type) return 0;
+    PyObject *cpu = PyObject_GetAttr(extra, s_is_cpu);
+    if (cpu == NULL) return -1;
+    int host = cpu == Py_True;
+    Py_DECREF(cpu);
+    if (!host) return 0;
+    PyObject *dim = PyObject_CallMethodNoArgs(extra, s_dim);
+    PyObject *real = dim ? PyObject_CallMethodNoArgs(extra, s_is_floating_point) : NULL;
+    int one = real != NULL && PyLong_CheckExact(dim) && PyLong_AsLong(dim) == 0 && real == Py_True;
+    Py_XDECREF(dim);
+    Py_XDECREF(real);
+    if (real == NULL) return -1;
+    PyObject *value = one ? PyObject_CallMethodNoArgs(extra, s_item) : NULL; /* one norm: no frame of Python's */
+    if (one) {
+        if (value != NULL && (*riding = PyList_New(1)) != NULL) PyList_SET_ITEM(*riding, 0, value);
+        else Py_XDECREF(value);
+    } else {
+        *riding = PyObject_CallOneArg(floats_of, extra);
+    }
+    return *riding ? 0 : -1;
+}
+
 /* TrainingMonitor._log_due for a plain window: 1 written, 0 not plain (the Python path), -1 error */
-static int plain_log_step(PyObject *monitor) {
+static int plain_log_step(PyObject *monitor, PyObject *marks) {
     PyObject *windows = PyObject_GetAttr(monitor, s_windows);
     PyObject *clock = windows ? PyObject_GetAttr(monitor, s_clock) : NULL;
     PyObject *sinks = NULL, *entries = NULL, *outputs = NULL;
-    int plain = clock ? plain_window(monitor, windows, clock, &sinks, &entries) : -1;
+    int plain = clock ? plain_window(windows, clock, &sinks, &entries) : -1;
     if (plain == 1) outputs = PyObject_GetAttr(monitor, s_outputs);
     if (plain != 1 || outputs == NULL || outputs_busy(outputs, 1) < 0) {
         Py_XDECREF(windows); Py_XDECREF(clock); Py_XDECREF(sinks); Py_XDECREF(entries); Py_XDECREF(outputs);
         return plain == 1 ? -1 : plain;
     }
-    int r = -1;
+    int r = -1, internal = mark_internal(marks, 1) == 0;
     Py_ssize_t n = PyList_GET_SIZE(entries);
+    PyObject *taken = NULL, *values = NULL, *w = NULL, *host = NULL, *totals = NULL, *start = NULL, *seconds = NULL;
+    PyObject *samples = NULL, *all = NULL, *callbacks = NULL, *riders = NULL, *ctx = NULL, *along = NULL;
+    PyObject *riding = NULL, *fields = NULL, *epoch = NULL;
+    if (!internal) goto done;
     /* StepClock.close_window */
-    PyObject *taken = PyList_GetSlice(entries, 0, n), *values = NULL, *w = NULL, *host = NULL, *totals = NULL;
-    PyObject *start = NULL, *seconds = NULL, *samples = NULL, *all = NULL;
-    if (taken == NULL || PyList_SetSlice(entries, 0, n, NULL) < 0) goto done;
+    if ((taken = PyList_GetSlice(entries, 0, n)) == NULL || PyList_SetSlice(entries, 0, n, NULL) < 0) goto done;
     PyObject *end = ((Closed *)PyList_GET_ITEM(taken, n - 1))->at;
     if ((start = PyObject_GetAttr(clock, s_window_start)) == NULL) goto done;
     if ((seconds = PyNumber_Subtract(end, start)) == NULL || !PyFloat_CheckExact(seconds)) goto done;
@@ -826,6 +931,29 @@ static int plain_log_step(PyObject *monitor) {
         Py_SETREF(samples, is_none(s) ? Py_NewRef(Py_None) : PyNumber_Add(samples, s));
     }
     if (samples == NULL || PyObject_SetAttr(clock, s_window_start, end) < 0) goto done;
+    /* what the features read along: (extra, layout) */
+    if ((callbacks = PyObject_GetAttr(monitor, s_callbacks)) == NULL) goto done;
+    if ((riders = PyObject_GetAttr(callbacks, s_riders)) == NULL || (ctx = PyObject_GetAttr(monitor, s_ctx)) == NULL)
+        goto done;
+    int any = truth(riders);
+    if (any < 0) goto done;
+    along = any ? PyObject_CallMethodObjArgs(callbacks, s_read_along, ctx, taken, NULL)
+                : Py_BuildValue("(O[])", Py_None);
+    if (along == NULL) goto done;
+    if (!PyTuple_Check(along) || PyTuple_GET_SIZE(along) != 2) {
+        PyErr_SetString(PyExc_TypeError, "read_along: (extra, layout)");
+        goto done;
+    }
+    if ((epoch = PyObject_GetAttr(monitor, s_epoch)) == NULL || read_riders(PyTuple_GET_ITEM(along, 0), &riding) < 0)
+        goto done;
+    if (riding == NULL) { /* read on a device: LogWindows.read's */
+        PyObject *args[] = {windows, taken, seconds, samples, epoch, PyTuple_GET_ITEM(along, 0),
+                            PyTuple_GET_ITEM(along, 1), callbacks, ctx};
+        PyObject *read = PyObject_VectorcallMethod(s_read, args, 9, NULL); /* args[0]: self */
+        r = read ? 1 : -1;
+        Py_XDECREF(read);
+        goto done;
+    }
     /* the reads: each loss as .item() gives it, where it lies */
     if ((values = PyList_New(n)) == NULL) goto done;
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -838,13 +966,20 @@ static int plain_log_step(PyObject *monitor) {
     totals = PyObject_GetAttr(windows, s_totals);
     all = totals ? PyObject_GetAttr(totals, s_window_list) : NULL;
     if (all == NULL || PyList_Append(all, w) < 0) goto done;
-    r = write_window(monitor, windows, sinks, w, host) < 0 ? -1 : 1;
+    int shown = truth(PyTuple_GET_ITEM(along, 1)); /* callbacks.window(ctx, window, riding, layout) if layout */
+    if (shown < 0) goto done;
+    if (shown && (fields = PyObject_CallMethodObjArgs(callbacks, s_window, ctx, w, riding, PyTuple_GET_ITEM(along, 1),
+                                                      NULL)) == NULL)
+        goto done;
+    r = write_window(monitor, windows, sinks, w, host, fields) < 0 ? -1 : 1;
 done:
     Py_XDECREF(taken); Py_XDECREF(values); Py_XDECREF(w); Py_XDECREF(host); Py_XDECREF(totals);
-    Py_XDECREF(start); Py_XDECREF(seconds); Py_XDECREF(samples); Py_XDECREF(all);
+    Py_XDECREF(start); Py_XDECREF(seconds); Py_XDECREF(samples); Py_XDECREF(all); Py_XDECREF(callbacks);
+    Py_XDECREF(riders); Py_XDECREF(ctx); Py_XDECREF(along); Py_XDECREF(riding); Py_XDECREF(fields);
+    Py_XDECREF(epoch);
     PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb); /* the block's end runs whatever ended it, and that error goes on */
-    if (outputs_busy(outputs, -1) < 0) {
+    PyErr_Fetch(&type, &value, &tb); /* the blocks' ends run whatever ended them, and that error goes on */
+    if ((internal && mark_internal(marks, -1) < 0) | (outputs_busy(outputs, -1) < 0)) {
         r = -1;
         if (type != NULL) PyErr_Clear();
     }
@@ -1080,7 +1215,7 @@ static PyObject *Hooks_on_commit(Hooks *self, PyObject *const *args, Py_ssize_t 
         }
     }
     if (due == 1) {
-        int written = line ? plain_log_step(self->monitor) : 0; /* a plain window's line: here */
+        int written = line ? plain_log_step(self->monitor, self->marks) : 0; /* a plain window's line: here */
         r = written ? NULL : PyObject_CallMethodOneArg(self->monitor, s_log_due, closed);
         if (written < 0 || (!written && r == NULL)) due = -1;
         Py_XDECREF(r);
@@ -1282,15 +1417,17 @@ static PyObject *setup(PyObject *module, PyObject *args) {
 }
 
 /* setup_lines(LogWindows, StepClock, TextLogSink, JsonlSink, Window, make_window, profiler_enabled,
-   len_dispatch_stack, stamp_cache, sum): what the log step reads and hands on (None: a torch without it) */
+   len_dispatch_stack, stamp_cache, sum, floats): what the log step reads and hands on (None: a torch without it) */
 static PyObject *setup_lines(PyObject *module, PyObject *args) {
-    PyObject *given[10];
-    if (!PyArg_ParseTuple(args, "OOOOOOOOOO:setup_lines", &given[0], &given[1], &given[2], &given[3], &given[4],
-                          &given[5], &given[6], &given[7], &given[8], &given[9]))
-        return NULL;
     PyObject **into[] = {&log_windows_type, &step_clock_type, &text_sink_type, &jsonl_sink_type, &window_type,
-                         &make_window, &profiler_enabled, &len_dispatch_stack, &stamp_cache, &builtin_sum};
-    for (int i = 0; i < 10; i++) put(into[i], given[i]);
+                         &make_window, &profiler_enabled, &len_dispatch_stack, &stamp_cache, &builtin_sum,
+                         &floats_of};
+    const Py_ssize_t count = sizeof into / sizeof into[0];
+    if (!PyTuple_Check(args) || PyTuple_GET_SIZE(args) != count) {
+        PyErr_SetString(PyExc_TypeError, "setup_lines takes 11 arguments");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) put(into[i], PyTuple_GET_ITEM(args, i));
     Py_RETURN_NONE;
 }
 
@@ -1317,7 +1454,9 @@ PyMODINIT_FUNC PyInit_ascend_tune_step_path(void) {
         {&s_deferred, "_deferred"}, {&s_run_deferred, "run_deferred"}, {&s_item, "item"}, {&s_is_cpu, "is_cpu"},
         {&s_echo, "_echo"}, {&s_file, "_file"}, {&s_fd, "_fd"}, {&s_fail, "_fail"}, {&s_totals, "totals"},
         {&s_epoch, "epoch"}, {&s_rank, "rank"}, {&s_world_size, "world_size"}, {&s_steady_from, "_steady_from"},
-        {&s_host, "host"}, {&s_write, "write"}, {&s_window_list, "windows"}};
+        {&s_host, "host"}, {&s_write, "write"}, {&s_window_list, "windows"}, {&s_ctx, "_ctx"},
+        {&s_read_along, "read_along"}, {&s_read, "read"}, {&s_window, "window"}, {&s_dim, "dim"},
+        {&s_is_floating_point, "is_floating_point"}};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if ((*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL) return NULL;
     PyTypeObject *types[] = {&ClosedType, &TrackerType, &HooksType, &MarkedType};
