@@ -785,12 +785,11 @@ done:
 }
 
 /* the window's lines written to the sinks: made here, or by LogWindows.write where not plain */
-static int write_window(PyObject *monitor, PyObject *windows, PyObject *sinks, PyObject *w, PyObject *host,
+static int write_window(PyObject *windows, PyObject *sinks, PyObject *w, PyObject *epoch, PyObject *host,
                         PyObject *fields) {
     if (PyList_GET_SIZE(sinks) == 0) return 0;
     int r = -1, warmup = -1;
-    PyObject *epoch = PyObject_GetAttr(monitor, s_epoch);
-    PyObject *rank = epoch ? PyObject_GetAttr(windows, s_rank) : NULL;
+    PyObject *rank = PyObject_GetAttr(windows, s_rank);
     PyObject *world = rank ? PyObject_GetAttr(windows, s_world_size) : NULL;
     PyObject *steady = world ? PyObject_GetAttr(windows, s_steady_from) : NULL;
     if (steady) warmup = PyObject_RichCompareBool(PyTuple_GET_ITEM(w, 0), steady, Py_LT);
@@ -815,7 +814,7 @@ static int write_window(PyObject *monitor, PyObject *windows, PyObject *sinks, P
     }
     PyMem_Free(metrics.p);
     PyMem_Free(text.p);
-    Py_XDECREF(epoch); Py_XDECREF(rank); Py_XDECREF(world); Py_XDECREF(steady);
+    Py_XDECREF(rank); Py_XDECREF(world); Py_XDECREF(steady);
     return r < 0 ? -1 : 0;
 }
 
@@ -971,7 +970,7 @@ static int plain_log_step(PyObject *monitor, PyObject *marks) {
     if (shown && (fields = PyObject_CallMethodObjArgs(callbacks, s_window, ctx, w, riding, PyTuple_GET_ITEM(along, 1),
                                                       NULL)) == NULL)
         goto done;
-    r = write_window(monitor, windows, sinks, w, host, fields) < 0 ? -1 : 1;
+    r = write_window(windows, sinks, w, epoch, host, fields) < 0 ? -1 : 1;
 done:
     Py_XDECREF(taken); Py_XDECREF(values); Py_XDECREF(w); Py_XDECREF(host); Py_XDECREF(totals);
     Py_XDECREF(start); Py_XDECREF(seconds); Py_XDECREF(samples); Py_XDECREF(all); Py_XDECREF(callbacks);
