@@ -12,6 +12,7 @@ import logging
 import math
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import warnings
@@ -420,7 +421,9 @@ def test_a_replayed_step_meets_few_fresh_pages_and_the_same_losses():
     blocks of ~1 MB, freed within each call, met fresh pages again in every call until the replay raised that
     threshold (heap.keep_freed_memory): each run is a fresh process, with malloc's thresholds of one (no setting of
     glibc's from the environment, no other allocator preloaded), its faults counted a page at a time (the script
-    opts out of huge pages, and checks the kernel's count on pages of its own)."""
+    opts out of huge pages, and checks the kernel's count on pages of its own). A step is judged by the median of
+    the steps after the first few replayed ones (which grow the heap and Python's arenas to a step's needs): one
+    step in several meets a few hundred pages either way (Python's arenas, the heap grown)."""
     script = os.path.join(os.path.dirname(__file__), "scripts", "replay_memory.py")
     env = {k: v for k, v in os.environ.items()
            if k not in ("GLIBC_TUNABLES", "LD_PRELOAD") and not k.startswith("MALLOC_")}
@@ -433,12 +436,13 @@ def test_a_replayed_step_meets_few_fresh_pages_and_the_same_losses():
     pages = min(run["pages"] for run in runs.values())
     if pages < 250:
         pytest.skip(f"this kernel counts {pages} faults for 256 fresh pages: fresh pages cannot be told by faults")
-    # six replayed steps: with it ~700-1,500 (0-650 a step), of the ~20,000 pages their float64 blocks span
-    assert runs["keep"]["faults"] < 3000, runs
-    # without it ~20,000 (600-9,000 a step), where nothing has raised malloc's thresholds before the replay starts;
-    # one CI machine read ~400 there (something raised them first; what, was not seen)
-    if runs["drop"]["faults"] > 6000:
-        assert runs["keep"]["faults"] * 5 < runs["drop"]["faults"], runs
+    keep, drop = (statistics.median(runs[how]["met"][4:]) for how in ("keep", "drop"))
+    # with it 0-20 (here, torch 2.13 and 2.1.2); the steps' float64 blocks span ~3,000-5,000 pages
+    assert keep < 200, runs
+    # without it 3,000-5,000 in most runs here, ~1,000 in some (freed blocks can raise malloc's thresholds part of
+    # the way during the run); ~1,200 on one CI machine
+    if drop > 1000:
+        assert keep * 5 < drop, runs
 
 
 def test_a_replay_whose_memory_block_cannot_be_had_runs_as_it_would_without_it(tmp_path, monkeypatch):

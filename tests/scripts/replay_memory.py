@@ -1,7 +1,7 @@
-"""Run by tests/test_precision_replay.py in a fresh process (malloc's thresholds are those of a new process): eight
+"""Run by tests/test_precision_replay.py in a fresh process (malloc's thresholds are those of a new process): twelve
 steps of a small GPT (dim 128, 64 tokens: float64 copies and recomputes of ~1 MB) replayed from the second on,
-under TrainingMonitor. Prints one JSON line: the minor page faults of its last six steps, added (the fresh pages
-they met, once the first replayed step has grown the heap to a step's needs), and the losses.
+under TrainingMonitor. Prints one JSON line: the minor page faults of each step (``"met"``: the fresh pages it met;
+the first few replayed steps grow the heap and Python's arenas to a step's needs), and the losses.
 
 Usage: python replay_memory.py keep|drop. ``drop`` replaces ``heap.keep_freed_memory`` by a function that does
 nothing, before the monitor starts: the replay as it would be without it.
@@ -27,6 +27,7 @@ from ascend_tune.testing.models import TinyGPT, synthetic_tokens
 
 PR_SET_THP_DISABLE = 41
 PAGES = 256
+STEPS = 12
 
 
 def faults() -> int:
@@ -56,8 +57,8 @@ def main(how: str) -> None:
     losses, met = [], []
     with tempfile.TemporaryDirectory() as log_dir:
         with TrainingMonitor(model, optimizer, log_dir=log_dir, quiet=True, tune=False, warmup_steps=0,
-                             precision=dict(task="replay", steps=[1, 2, 3, 4, 5, 6, 7])):
-            for _ in range(8):
+                             precision=dict(task="replay", steps=list(range(1, STEPS)))):
+            for _ in range(STEPS):
                 before = faults()
                 loss = model(x, y)
                 optimizer.zero_grad()
@@ -65,7 +66,7 @@ def main(how: str) -> None:
                 optimizer.step()
                 met.append(faults() - before)
                 losses.append(loss.item())
-    print(json.dumps({"faults": sum(met[2:]), "losses": losses, "pages": pages}))
+    print(json.dumps({"met": met, "losses": losses, "pages": pages}))
 
 
 if __name__ == "__main__":
