@@ -7,9 +7,9 @@ Usage: python replay_memory.py keep|drop. ``drop`` replaces ``heap.keep_freed_me
 nothing, before the monitor starts: the replay as it would be without it.
 
 A fault is counted a page at a time only where no transparent huge page of any size serves the process: a kernel
-with 64 kB folios for anonymous memory reads ~130 faults for what is ~20,000 pages, and ~40 with the memory kept.
-So the process opts out of them first (``PR_SET_THP_DISABLE``), and prints beside its counts the faults that 256
-fresh pages of its own cost it (``"pages"``): the kernel's count, checked.
+with 64 kB folios for anonymous memory read ~130 faults over six steps for what is ~20,000 pages, and ~40 with the
+memory kept. So the process opts out of them first (``PR_SET_THP_DISABLE``), and prints beside its counts the
+faults that 256 fresh pages of its own cost it (``"pages"``): the kernel's count, checked.
 """
 
 import ctypes
