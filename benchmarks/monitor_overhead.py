@@ -20,6 +20,9 @@ over the repeats:
   thread-local depth for reentrant backwards), writing no line; "a minimal step log" is that tracker writing a
   line at every step as the monitor must (the loss read back, metrics.jsonl's fields with seven exact floats and
   log.txt's line, one ``os.write`` to each file as it is made). What a pure-Python monitor could cost at best.
+  Where the step path is compiled, a fourth: "a minimal step tracker, compiled" (minimal_tracker.c, built as the
+  package builds its step path) does the minimal tracker's work in C, through the monitor's compiled loader wrapper:
+  what a compiled step path could cost at best, writing no line.
 
 Goals (issue #34), each a ratio measured in this run: the monitor's own cost a step, end to end (the fastest
 monitored loop minus the fastest bare one), at most 1/3 of the snippet's at ``log_every=1`` and 1/6 at
@@ -40,10 +43,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.machinery
+import importlib.util
 import logging
 import os
 import statistics
 import sys
+import sysconfig
 import tempfile
 import threading
 import time
@@ -55,6 +61,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import ascend_tune
 from ascend_tune import TrainingMonitor
+from ascend_tune.contract import native
 from ascend_tune.runtime import compiled
 from ascend_tune.runtime.capture import iterate_marked
 
@@ -245,6 +252,51 @@ def run_minimal_tracker(setup, out: str) -> float:
     return _at_hook_points(setup, tracker.backward, tracker.batch, tracker.pre, tracker.post)
 
 
+def _compiled_floor():
+    """minimal_tracker.c (beside this script) built and loaded as the package builds its step path, or None where
+    it cannot be (no compiler, no Python.h)."""
+    source = os.path.join(os.path.dirname(os.path.abspath(__file__)), "minimal_tracker.c")
+    include, suffix = sysconfig.get_paths()["include"], importlib.machinery.EXTENSION_SUFFIXES[0]
+
+    def load(path: str):
+        spec = importlib.util.spec_from_file_location("minimal_tracker", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    try:
+        with open(source, encoding="utf-8") as fh:
+            text = fh.read()
+        return native.load_built("bench-minimal-tracker", suffix, "minimal_tracker.c", text,
+                                 ((*compiled.FLAGS, f"-I{include}"),), (*compiled.FLAGS, include, sys.version, suffix),
+                                 load)
+    except (OSError, ImportError) as exc:
+        print(f"monitor_overhead: no compiled floor ({exc})")
+        return None
+
+
+def run_minimal_compiled(module):
+    """The minimal step tracker compiled: the same work at the same hook points, in C (minimal_tracker.c)."""
+    def run(setup, out: str) -> float:
+        model, optimizer, loader = setup
+        original = torch.autograd.backward
+        tracker = module.Tracker(original, torch.Tensor)
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        handles = [optimizer.register_step_pre_hook(tracker.pre), register_optimizer_step_post_hook(tracker.post)]
+        torch.autograd.backward = tracker
+        try:
+            start = time.process_time()
+            loop(model, optimizer, compiled.module().iterate_marked(loader, tracker.batch))  # the monitor's own
+            return time.process_time() - start
+        finally:
+            torch.autograd.backward = original
+            for handle in handles:
+                handle.remove()
+
+    return run
+
+
 # the least a log line can be with the monitor's fields: metrics.jsonl's at full precision (exact float reprs: what a
 # reader takes back bit for bit) and log.txt's guide line
 _LEAST_JSON = ('{"step":%d,"loss":%s,"steps_per_sec":%r,"samples_per_sec":%r,"time":%r,"first_step":%d,'
@@ -299,7 +351,8 @@ def run_minimal_log(parts: str = "write"):
     return run
 
 
-FLOORS = ("floor: hooks, no-op", "floor: a minimal step tracker", "floor: a minimal log, a line a step")
+FLOORS = ("floor: hooks, no-op", "floor: a minimal step tracker", "floor: a minimal log, a line a step",
+          "floor: a minimal step tracker, compiled")
 PYTHON_PATH = "monitor, Python path"  # the step path uncompiled (runtime/compiled.py), where it is compiled
 
 
@@ -472,6 +525,9 @@ def main(argv=None) -> int:
                       "floor: the minimal log, lines unwritten": run_minimal_log("format")})
     if compiled.module() is not None:  # the Python step path beside the compiled one, in the same interleaving
         modes.update({f"{PYTHON_PATH} log_every={k}": run_monitored(k, python=True) for k in (1, 10, 100)})
+        floor = _compiled_floor()
+        if floor is not None:
+            modes[FLOORS[3]] = run_minimal_compiled(floor)
     seconds = interleaved(modes, make_tiny_setup, args.steps, args.repeats)
     bare_step = statistics.median(seconds["bare"]) / args.steps
     print(f"monitor_overhead: Linear(4, 2), {args.steps} steps x {args.repeats} interleaved repeats, bare step "
