@@ -78,7 +78,15 @@ static PyObject *Tracker_vectorcall(Tracker *self, PyObject *const *args, size_t
     }
     if (set_depth(dict, depth + 1) < 0) return NULL;
     PyObject *result = PyObject_Vectorcall(self->original, args, nargsf, kwnames);
-    if (set_depth(dict, depth) < 0) Py_CLEAR(result);
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback); /* the depth comes back whatever the backward raised, as `finally` */
+    int failed = set_depth(dict, depth);
+    if (result == NULL) {
+        if (failed) PyErr_Clear();
+        PyErr_Restore(type, value, traceback);
+    } else if (failed) {
+        Py_CLEAR(result);
+    }
     return result;
 }
 
