@@ -38,10 +38,11 @@ static int hand_on(Tracker *self) {
     return failed;
 }
 
-/* the depth of backwards on this thread: its thread-state dict's entry, 0 where there is none */
+/* the depth of backwards on this thread: its thread-state dict's entry, 0 where there is none (-1: an error) */
 static long depth_here(PyObject *dict) {
     PyObject *depth = PyDict_GetItemWithError(dict, s_depth);
-    return depth == NULL ? 0 : PyLong_AsLong(depth);
+    if (depth == NULL) return PyErr_Occurred() ? -1 : 0;
+    return PyLong_AsLong(depth);
 }
 
 static int set_depth(PyObject *dict, long depth) {
