@@ -206,9 +206,10 @@ class _MinimalTracker:
                 self.window = []
 
 
-def _at_hook_points(setup, on_loss=None, on_batch=None, pre=None, post=None) -> float:
+def _at_hook_points(setup, on_loss=None, on_batch=None, pre=None, post=None, patch=None, iterate=iterate_marked):
     """``timed_loop(setup)`` with the monitor's hook points installed, calling the given functions (None: the point
-    calls through and does nothing else)."""
+    calls through and does nothing else). ``patch``: what stands in for ``torch.autograd.backward`` instead of the
+    wrapper calling ``on_loss``; ``iterate``: the loader's wrapper, given ``on_batch``."""
     model, optimizer, loader = setup
     original = torch.autograd.backward
     local = threading.local()
@@ -231,11 +232,11 @@ def _at_hook_points(setup, on_loss=None, on_batch=None, pre=None, post=None) -> 
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
     handles = [optimizer.register_step_pre_hook(pre or nothing), register_optimizer_step_post_hook(post or nothing)]
-    torch.autograd.backward = backward
+    torch.autograd.backward = patch or backward
     try:
         start = time.process_time()
         # the monitor's own loader wrapper (its batch timed, one call a batch), or a bare generator
-        loop(model, optimizer, iterate_marked(loader, on_batch) if on_batch else (batch for batch in loader))
+        loop(model, optimizer, iterate(loader, on_batch) if on_batch else (batch for batch in loader))
         return time.process_time() - start
     finally:
         torch.autograd.backward = original
@@ -278,21 +279,9 @@ def _compiled_floor():
 def run_minimal_compiled(module):
     """The minimal step tracker compiled: the same work at the same hook points, in C (minimal_tracker.c)."""
     def run(setup, out: str) -> float:
-        model, optimizer, loader = setup
-        original = torch.autograd.backward
-        tracker = module.Tracker(original, torch.Tensor)
-        from torch.optim.optimizer import register_optimizer_step_post_hook
-
-        handles = [optimizer.register_step_pre_hook(tracker.pre), register_optimizer_step_post_hook(tracker.post)]
-        torch.autograd.backward = tracker
-        try:
-            start = time.process_time()
-            loop(model, optimizer, compiled.module().iterate_marked(loader, tracker.batch))  # the monitor's own
-            return time.process_time() - start
-        finally:
-            torch.autograd.backward = original
-            for handle in handles:
-                handle.remove()
+        tracker = module.Tracker(torch.autograd.backward, torch.Tensor)
+        return _at_hook_points(setup, on_batch=tracker.batch, pre=tracker.pre, post=tracker.post, patch=tracker,
+                               iterate=compiled.module().iterate_marked)  # the monitor's own loader wrapper, in C
 
     return run
 
