@@ -10,6 +10,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -144,6 +145,50 @@ def test_the_marked_iterator_ends_as_a_generator_does(kind):
     with pytest.raises(ValueError, match="a worker died"):
         next(marked)
     assert next(marked, "end") == "end"
+
+
+def _closed_steps(log_dir, steps_run: int) -> list:
+    """(perf_counter and time read before the step's optimizer.step(), the ClosedStep, the same read after) for each
+    step of a monitored run that logs no line."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(TensorDataset(torch.randn(2 * steps_run, 4), torch.randint(0, 2, (2 * steps_run,))),
+                        batch_size=2)
+    reads = []
+    with TrainingMonitor(model, optimizer, loader, log_dir=log_dir, log_every=10_000, quiet=True) as mon:
+        for x, y in loader:
+            F.cross_entropy(model(x), y).backward()
+            before = (time.perf_counter(), time.time())
+            optimizer.step()
+            reads.append((before, (time.perf_counter(), time.time())))
+            optimizer.zero_grad()
+        closed = [*mon.clock._entries, mon._tracker._closed]  # the last is handed on at the block's end
+    return [(before, step, after) for (before, after), step in zip(reads, closed)]
+
+
+@built
+def test_the_compiled_step_reads_the_time_modules_clocks(tmp_path):
+    """The step's close reads perf_counter and time as the time module does (in C on Linux): each between the two
+    functions' reads around it; a clock that is not the time module's own is called, as before."""
+    for before, step, after in _closed_steps(tmp_path / "stock", 6):
+        assert before[0] <= step.at <= after[0] and before[1] <= step.wall <= after[1]
+        assert type(step.at) is float and type(step.wall) is float
+    loaded, ticks = compiled.module(), []
+
+    def counter() -> float:
+        ticks.append(len(ticks) + 1000.0)
+        return ticks[-1]
+
+    given = (steps.StepTracker, steps.OPTIMIZER, counter, time.time, torch.Tensor, capture.batch_size,
+             torch._C._len_torch_function_stack)
+    loaded.setup(*given)
+    try:
+        closed = [step for _, step, _ in _closed_steps(tmp_path / "counted", 3)]
+    finally:
+        loaded.setup(*given[:2], time.perf_counter, *given[3:])
+    assert ticks and {step.at for step in closed} <= set(ticks)
+    assert [step.step for step in closed] == [0, 1, 2]
 
 
 def test_without_a_build_the_python_path_runs(tmp_path):

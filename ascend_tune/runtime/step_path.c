@@ -11,6 +11,7 @@
 #include <math.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #if PY_VERSION_HEX < 0x030A0000 /* Python 3.9 */
@@ -45,8 +46,33 @@ static inline void put(PyObject **slot, PyObject *value) { /* steals nothing: a 
 
 static inline int is_none(PyObject *o) { return o == NULL || o == Py_None; }
 
+static int direct_clocks; /* perf_counter and wall_clock are the time module's own, read here as they read */
+
+/* a clock's reading as the time module makes it a float (CPython's pytime: the timespec in integer nanoseconds,
+   then whole seconds exactly, else the nanoseconds over 1e9) */
+static double clock_seconds(clockid_t id) {
+    struct timespec ts;
+    if (clock_gettime(id, &ts) != 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1.0;
+    }
+    long long ns = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+    volatile double d; /* as pytime's: no rounding mode of the optimizer's */
+    if (ns % 1000000000LL == 0) {
+        d = (double)(ns / 1000000000LL);
+    } else {
+        d = (double)ns;
+        d /= 1e9;
+    }
+    return d;
+}
+
 /* seconds of a Python clock (time.perf_counter / time.time), -1.0 with an error set */
 static double seconds(PyObject *clock) {
+#ifdef __linux__
+    if (direct_clocks && clock == perf_counter) return clock_seconds(CLOCK_MONOTONIC);
+    if (direct_clocks && clock == wall_clock) return clock_seconds(CLOCK_REALTIME);
+#endif
     PyObject *t = PyObject_CallNoArgs(clock);
     if (t == NULL) return -1.0;
     double v = PyFloat_AsDouble(t);
@@ -244,12 +270,21 @@ static PyObject *Tracker_backward(Tracker *self, PyObject *const *args, Py_ssize
     Py_RETURN_FALSE;
 }
 
+static PyTypeObject HooksType;
+static PyObject *Hooks_on_commit(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+
 static int commit_closed(Tracker *self) {
     PyObject *closed = self->closed;
     if (is_none(closed)) return 0;
     self->closed = Py_None;
     Py_INCREF(Py_None);
-    PyObject *r = PyObject_CallOneArg(self->on_commit, closed);
+    PyObject *on = self->on_commit, *r; /* the compiled hook's bound on_commit: called without a call's work */
+    if (on != NULL && PyCFunction_Check(on) && PyCFunction_GET_SELF(on) != NULL &&
+        Py_TYPE(PyCFunction_GET_SELF(on)) == &HooksType &&
+        ((PyCFunctionObject *)on)->m_ml->ml_meth == (PyCFunction)(void (*)(void))Hooks_on_commit)
+        r = Hooks_on_commit(PyCFunction_GET_SELF(on), &closed, 1);
+    else
+        r = PyObject_CallOneArg(on, closed);
     Py_DECREF(closed);
     if (r == NULL) return -1;
     Py_DECREF(r);
@@ -996,8 +1031,6 @@ typedef struct {
     PyObject *monitor, *tracker, *host, *original, *on_done, *graph_task, *marks, *scalar, *wrapped_name, *doc;
 } Hooks;
 
-static PyTypeObject HooksType;
-
 static int Hooks_traverse(Hooks *self, visitproc visit, void *arg) {
     Py_VISIT(self->monitor); Py_VISIT(self->tracker); Py_VISIT(self->host); Py_VISIT(self->original);
     Py_VISIT(self->on_done); Py_VISIT(self->graph_task); Py_VISIT(self->marks); Py_VISIT(self->scalar);
@@ -1127,14 +1160,18 @@ static PyObject *Hooks_vectorcall(Hooks *self, PyObject *const *args, size_t nar
     return result;
 }
 
-/* TrainingMonitor._on_batch: the loop waited `waited` seconds for `batch` */
-static PyObject *on_batch(Hooks *self, PyObject *batch, PyObject *waited) {
+/* TrainingMonitor._on_batch: the loop waited `w` seconds for `batch` (`waited`: those seconds as a float, or NULL
+   where none is made yet) */
+static PyObject *on_batch(Hooks *self, PyObject *batch, PyObject *waited, double w) {
     int plain = attr_is_none(self->monitor, s_watch);
     if (plain != 1 || !PyObject_TypeCheck(self->tracker, &TrackerType)) {
         if (plain < 0) PyErr_Clear();
-        return PyObject_CallMethodObjArgs(self->monitor, s_on_batch, batch, waited, NULL);
+        PyObject *made = waited == NULL ? PyFloat_FromDouble(w) : Py_NewRef(waited);
+        PyObject *r = made ? PyObject_CallMethodObjArgs(self->monitor, s_on_batch, batch, made, NULL) : NULL;
+        Py_XDECREF(made);
+        return r;
     }
-    double w = PyFloat_AsDouble(waited);
+    if (waited != NULL) w = PyFloat_AsDouble(waited);
     PyObject *n = NULL, *r = NULL;
     if (!(w == -1.0 && PyErr_Occurred()) && add_seconds(self->host, s_data, w) == 0) {
         PyObject *first = NULL;
@@ -1167,11 +1204,12 @@ static PyObject *Hooks_on_batch(Hooks *self, PyObject *const *args, Py_ssize_t n
         PyErr_SetString(PyExc_TypeError, "on_batch(batch, waited)");
         return NULL;
     }
-    return on_batch(self, args[0], args[1]);
+    return on_batch(self, args[0], args[1], 0.0);
 }
 
 /* TrainingMonitor._on_commit: count the step; a log step (or a read due) goes on in Python (_log_due) */
-static PyObject *Hooks_on_commit(Hooks *self, PyObject *const *args, Py_ssize_t nargs) {
+static PyObject *Hooks_on_commit(PyObject *hooks, PyObject *const *args, Py_ssize_t nargs) {
+    Hooks *self = (Hooks *)hooks;
     if (nargs != 1) {
         PyErr_SetString(PyExc_TypeError, "on_commit(closed)");
         return NULL;
@@ -1195,7 +1233,8 @@ static PyObject *Hooks_on_commit(Hooks *self, PyObject *const *args, Py_ssize_t 
     Py_XDECREF(clock);
     if (r != NULL) {
         Py_DECREF(r);
-        PyObject *step = PyObject_GetAttr(closed, s_step);
+        PyObject *step = Py_TYPE(closed) == &ClosedType && ((Closed *)closed)->step != NULL
+                             ? Py_NewRef(((Closed *)closed)->step) : PyObject_GetAttr(closed, s_step);
         PyObject *every = step ? PyObject_GetAttr(self->monitor, s_log_every) : NULL;
         Py_ssize_t n = step ? PyLong_AsSsize_t(step) : -1, k = every ? PyLong_AsSsize_t(every) : -1;
         Py_XDECREF(step);
@@ -1350,8 +1389,8 @@ static PyObject *Marked_next(Marked *self) {
         return NULL;
     }
     double ended = seconds(perf_counter);
-    PyObject *waited = ended == -1.0 && PyErr_Occurred() ? NULL : PyFloat_FromDouble(ended - began);
-    if (waited == NULL) goto fail;
+    PyObject *waited = NULL; /* the seconds as a float, made where a Python function is given them */
+    if (ended == -1.0 && PyErr_Occurred()) goto fail;
     if (!is_none(self->indices)) {
         PyObject *on = PyObject_GetAttr(self->indices, s_on);
         int yes = on != NULL && truth(on);
@@ -1363,12 +1402,14 @@ static PyObject *Marked_next(Marked *self) {
     PyObject *on = self->on_batch, *r; /* the compiled hook's bound on_batch: called without a call's work */
     if (PyCFunction_Check(on) && PyCFunction_GET_SELF(on) != NULL && Py_TYPE(PyCFunction_GET_SELF(on)) == &HooksType
         && ((PyCFunctionObject *)on)->m_ml->ml_meth == (PyCFunction)(void (*)(void))Hooks_on_batch)
-        r = on_batch((Hooks *)PyCFunction_GET_SELF(on), batch, waited);
-    else
+        r = on_batch((Hooks *)PyCFunction_GET_SELF(on), batch, NULL, ended - began);
+    else if ((waited = PyFloat_FromDouble(ended - began)) != NULL)
         r = PyObject_CallFunctionObjArgs(on, batch, waited, NULL);
+    else
+        r = NULL;
     if (r == NULL) goto fail;
     Py_DECREF(r);
-    Py_DECREF(waited);
+    Py_XDECREF(waited);
     return batch;
 fail: /* as a generator: an exception that leaves it ends it */
     Py_XDECREF(waited);
@@ -1393,6 +1434,32 @@ static PyTypeObject MarkedType = {
 
 /* ---- the module --------------------------------------------------------------------------------------------- */
 
+/* whether the clocks given are the time module's perf_counter and time, read here with clock_gettime: each
+   reading of ours within a second of the function's (a Python that reads another clock: called, as any other) */
+static int set_clocks(void) {
+    direct_clocks = 0;
+#ifdef __linux__
+    PyObject *time_module = PyImport_ImportModule("time");
+    if (time_module == NULL) return -1;
+    PyObject *stock_perf = PyObject_GetAttrString(time_module, "perf_counter");
+    PyObject *stock_wall = stock_perf ? PyObject_GetAttrString(time_module, "time") : NULL;
+    Py_DECREF(time_module);
+    int stock = stock_wall != NULL && stock_perf == perf_counter && stock_wall == wall_clock;
+    Py_XDECREF(stock_perf);
+    Py_XDECREF(stock_wall);
+    if (PyErr_Occurred()) return -1;
+    PyObject *clocks[] = {perf_counter, wall_clock};
+    clockid_t ids[] = {CLOCK_MONOTONIC, CLOCK_REALTIME};
+    for (int i = 0; i < 2 && stock; i++) {
+        double theirs = seconds(clocks[i]), ours = clock_seconds(ids[i]);
+        if (PyErr_Occurred()) return -1;
+        stock = fabs(ours - theirs) < 1.0;
+    }
+    direct_clocks = stock;
+#endif
+    return 0;
+}
+
 /* setup(tracker_class, optimizer_source, perf_counter, time, Tensor, batch_size, len_stack) */
 static PyObject *setup(PyObject *module, PyObject *args) {
     PyObject *tracker_class;
@@ -1403,6 +1470,7 @@ static PyObject *setup(PyObject *module, PyObject *args) {
     PyObject **into[] = {&optimizer_source, &perf_counter, &wall_clock, &tensor_type, &batch_size,
                          &len_function_stack};
     for (int i = 0; i < 6; i++) put(into[i], given[i]);
+    if (set_clocks() < 0) return NULL;
     struct { PyObject **slot; PyObject *owner; const char *name; } methods[] = {
         {&py_backward, tracker_class, "backward"}, {&py_step_pre_hook, tracker_class, "step_pre_hook"},
         {&py_optimizer_post, tracker_class, "optimizer_post"}, {&py_batch, tracker_class, "batch"},
