@@ -239,6 +239,34 @@ _field_values = st.recursive(_values, lambda inner: st.one_of(st.lists(inner, ma
 
 
 @built
+@settings(max_examples=2000, deadline=None)
+@given(x=st.one_of(st.floats(allow_nan=False, allow_infinity=False), st.floats(width=32, allow_nan=False,
+                   allow_infinity=False), st.floats(min_value=1e-4, max_value=2.0**53),
+                   st.integers(-60, 60).map(lambda e: 2.0**e), st.integers(-6, 18).map(lambda e: 10.0**e),
+                   st.tuples(st.integers(1, 10**17), st.integers(-25, 5)).map(lambda p: float(f"{p[0]}e{p[1]}"))))
+@example(x=0.6931471824645996)  # a float32 loss: 16-17 digits
+@example(x=math.nextafter(1e16, 0))  # the last double repr writes without an exponent
+@example(x=math.nextafter(1e-4, 0))  # the first below it that repr writes with one
+@example(x=2.0**52)  # a power of two: the double below is nearer than the one above
+@example(x=-0.0)
+def test_a_lines_floats_are_written_as_repr_writes_them(x):
+    """The line's floats (step_path.c's short_repr, and dtoa outside its range) are float.__repr__'s text, and
+    read back as the same double."""
+    text = compiled.module().float_text(x)
+    assert text == repr(x) and float(text) == x
+    for neighbour in (math.nextafter(x, -math.inf), math.nextafter(x, math.inf)):
+        if math.isfinite(neighbour):
+            assert compiled.module().float_text(neighbour) == repr(neighbour)
+
+
+@built
+def test_only_finite_floats_have_a_text():
+    for value in (math.nan, math.inf, -math.inf, 1, "1.0"):
+        with pytest.raises(ValueError, match="finite float"):
+            compiled.module().float_text(value)
+
+
+@built
 @settings(max_examples=300, deadline=None)
 @given(losses=st.lists(st.one_of(st.none(), _floats), min_size=1, max_size=4),
        seconds=st.one_of(st.just(0.0), st.floats(min_value=1e-9, max_value=1e6)),

@@ -490,9 +490,110 @@ static int buf_again(Buf *b, Py_ssize_t at, Py_ssize_t n) {
     return buf_put(b, copy, n);
 }
 
+/* float.__repr__ of a double of the fixed-point range, from its bits with 128-bit integers (Python's dtoa costs
+   ~8k instructions a 17-digit loss, its bignums; this ~1k). The text is the shortest decimal that reads back as the
+   double, the closest of those to it, ties to an even last digit (dtoa's mode 0); where none is in [1e-4, 2^53) or
+   this compiler has no 128-bit integer: 0, and dtoa writes it. */
+#if defined(__SIZEOF_INT128__)
+typedef unsigned __int128 u128;
+
+static const unsigned long long P10[20] = {1ULL, 10ULL, 100ULL, 1000ULL, 10000ULL, 100000ULL, 1000000ULL,
+    10000000ULL, 100000000ULL, 1000000000ULL, 10000000000ULL, 100000000000ULL, 1000000000000ULL,
+    10000000000000ULL, 100000000000000ULL, 1000000000000000ULL, 10000000000000000ULL, 100000000000000000ULL,
+    1000000000000000000ULL, 10000000000000000000ULL};
+
+static u128 pow10_128(int k) { return k < 20 ? (u128)P10[k] : (u128)P10[19] * P10[k - 19]; }
+
+/* Whether a decimal of `n` significant digits reads back as the double: `s17` its 17 leading digits (floor), `x4`
+   the double scaled by 10^k in units of 2^-shift, `low` / `high` its rounding interval's half widths below and above
+   in those units (`edges`: the edges read back as it, an even mantissa). `*digits`: the closest such decimal. */
+static int fits(unsigned long long s17, u128 x4, int shift, u128 low, u128 high, int edges, int n,
+                unsigned long long *digits) {
+    unsigned long long p = P10[17 - n], q = s17 / p;
+    u128 below = x4 - (((u128)q * p) << shift), above = ((u128)p << shift) - below;
+    int down = edges ? below <= low : below < low, up = edges ? above <= high : above < high;
+    if (!down && !up) return 0;
+    *digits = q + (down && up ? above < below || (above == below && (q & 1)) : up);
+    return 1;
+}
+
+static int short_repr(double v, char *out) {
+    double a = fabs(v);
+    if (!(a >= 1e-4 && a < 9007199254740992.0)) return 0;
+    unsigned long long bits;
+    memcpy(&bits, &v, sizeof bits);
+    int exponent = (int)((bits >> 52) & 0x7ff), sh = 1075 - exponent; /* a = m * 2^-sh, 0 <= sh <= 66 here */
+    unsigned long long fraction = bits & ((1ULL << 52) - 1), m = fraction | (1ULL << 52), s17 = 0;
+    int k = 16 - (int)floor(log10(a)); /* a * 10^k in [10^16, 10^17): corrected below where log10 rounds over */
+    u128 x = 0;
+    for (int tries = 0;; tries++) {
+        if (k < 0 || k > 21 || tries > 2) return 0;
+        x = (u128)m * pow10_128(k);
+        u128 whole = x >> sh;
+        if (whole < P10[16]) k++;
+        else if (whole >= P10[17]) k--;
+        else {
+            s17 = (unsigned long long)whole;
+            break;
+        }
+    }
+    u128 half = pow10_128(k) * 2; /* half an ulp, in units of 2^(sh+2) */
+    u128 low = fraction == 0 && exponent > 1 ? half / 2 : half; /* a power of two: the double below is nearer */
+    int edges = (m & 1) == 0, n = 17, lo = 1;
+    unsigned long long digits;
+    if (!fits(s17, x << 2, sh + 2, low, half, edges, 17, &digits)) return 0;
+    while (lo < n) { /* the fewest digits: any that fit, fit with one more */
+        int mid = (lo + n) / 2;
+        if (fits(s17, x << 2, sh + 2, low, half, edges, mid, &digits)) n = mid;
+        else lo = mid + 1;
+    }
+    fits(s17, x << 2, sh + 2, low, half, edges, n, &digits);
+    int point = 17 - k; /* the decimal point after this many digits */
+    if (digits == P10[n]) { /* rounded up to a power of ten */
+        digits = 1;
+        n = 1;
+        point++;
+    }
+    while (n > 1 && digits % 10 == 0) {
+        digits /= 10;
+        n--;
+    }
+    if (point <= -4 || point > 16) return 0; /* repr's exponent form */
+    char text[20], *o = out;
+    for (int i = n - 1; i >= 0; i--, digits /= 10) text[i] = (char)('0' + digits % 10);
+    if (v < 0) *o++ = '-';
+    if (point <= 0) {
+        *o++ = '0';
+        *o++ = '.';
+        for (int i = 0; i < -point; i++) *o++ = '0';
+        memcpy(o, text, n);
+        o += n;
+    } else if (point >= n) {
+        memcpy(o, text, n);
+        o += n;
+        for (int i = 0; i < point - n; i++) *o++ = '0';
+        *o++ = '.';
+        *o++ = '0';
+    } else {
+        memcpy(o, text, point);
+        o += point;
+        *o++ = '.';
+        memcpy(o, text + point, n - point);
+        o += n - point;
+    }
+    *o = '\0';
+    return (int)(o - out);
+}
+#else
+static int short_repr(double v, char *out) { return 0; }
+#endif
+
 /* a float as float.__repr__ writes it ('r') or as '%.<digits>f' does ('f'); 0 when not an exact finite float */
 static int buf_float(Buf *b, PyObject *o, char how, int digits) {
     if (!PyFloat_CheckExact(o) || !isfinite(PyFloat_AS_DOUBLE(o))) return 0;
+    char quick[32];
+    int length = how == 'r' ? short_repr(PyFloat_AS_DOUBLE(o), quick) : 0;
+    if (length > 0) return buf_put(b, quick, length) < 0 ? -1 : 1;
     char *s = PyOS_double_to_string(PyFloat_AS_DOUBLE(o), how, digits, how == 'r' ? Py_DTSF_ADD_DOT_0 : 0, NULL);
     if (s == NULL) return -1;
     int r = buf_text(b, s) < 0 ? -1 : 1;
@@ -1498,7 +1599,18 @@ static PyObject *setup_lines(PyObject *module, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* float_text(x): the text a line writes for the float x (what float.__repr__ gives) */
+static PyObject *float_text(PyObject *module, PyObject *x) {
+    Buf b = {NULL, 0, 0};
+    int r = buf_float(&b, x, 'r', 0);
+    PyObject *out = r == 1 ? PyUnicode_FromStringAndSize(b.p, b.n) : NULL;
+    PyMem_Free(b.p);
+    if (r == 0) PyErr_SetString(PyExc_ValueError, "float_text takes a finite float");
+    return out;
+}
+
 static PyMethodDef module_methods[] = {
+    {"float_text", float_text, METH_O, "The text a line writes for a finite float (float.__repr__'s)."},
     {"setup", setup, METH_VARARGS, "The Python functions the compiled ones hand unusual cases to."},
     {"setup_lines", setup_lines, METH_VARARGS, "The classes and functions of the log step."},
     {"plain_lines", plain_lines, METH_VARARGS, "A window's metrics.jsonl and log.txt lines, or None."},
