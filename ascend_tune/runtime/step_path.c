@@ -491,7 +491,7 @@ static int buf_again(Buf *b, Py_ssize_t at, Py_ssize_t n) {
 }
 
 /* float.__repr__ of a double of the fixed-point range, from its bits with 128-bit integers (Python's dtoa costs
-   ~8k instructions a 17-digit loss, its bignums; this ~1k). The text is the shortest decimal that reads back as the
+   ~8k instructions a 17-digit loss, its bignums; this under 1.7k, float_text's call included). The text is the shortest decimal that reads back as the
    double, the closest of those to it, ties to an even last digit (dtoa's mode 0); where none is in [1e-4, 2^53) or
    this compiler has no 128-bit integer: 0, and dtoa writes it. */
 #if defined(__SIZEOF_INT128__)
