@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from torch.utils.data import DataLoader, TensorDataset
 
 from ascend_tune import TrainingMonitor
+from ascend_tune.formats import log_line
 from ascend_tune.formats.log_line import format_log_line
 from ascend_tune.runtime import capture, compiled, log_windows, sinks, step_clock, steps
 
@@ -320,14 +321,17 @@ def _plain_fields(fields: dict) -> bool:
                and plain(v) for k, v in fields.items())
 
 
-def _plain_run(log_dir, log_every: int, nan_at: int = -1, health=None) -> list:
-    """12 steps of the usual loop, quiet, at ``log_every`` (a NaN loss at step ``nan_at``): metrics.jsonl's lines."""
+def _plain_run(log_dir, log_every: int, nan_at: int = -1, health=None, before_step=None) -> list:
+    """12 steps of the usual loop, quiet, at ``log_every`` (a NaN loss at step ``nan_at``; ``before_step()`` called
+    at each step's start): metrics.jsonl's lines."""
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 3)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     loader = DataLoader(TensorDataset(torch.randn(46, 4), torch.randint(0, 3, (46,))), batch_size=4)
     with TrainingMonitor(model, optimizer, loader, log_dir=log_dir, log_every=log_every, quiet=True, health=health):
         for i, (x, y) in enumerate(loader):
+            if before_step is not None:
+                before_step()
             loss = F.cross_entropy(model(x), y) * (math.nan if i == nan_at else 1.0)
             optimizer.zero_grad()
             loss.backward()
@@ -362,6 +366,23 @@ def test_a_plain_windows_lines_are_written_in_c_byte_for_byte_as_python_writes_t
         assert ("grad_norm" in context) == bool(health)
         assert sinks.metrics_line(window, context) == line
         assert format_log_line(window.last_step, window.loss, window.steps_per_sec, window.end_time) + "\n" == text
+
+
+@built
+def test_a_line_in_a_new_second_is_written_in_c_with_the_stamp_python_makes(tmp_path, monkeypatch):
+    """A line whose second has no time stamp cached yet is C's too: log_line.stamp makes the stamp and caches it."""
+    by_python = []
+    write = log_windows.LogWindows.write
+    monkeypatch.setattr(log_windows.LogWindows, "write",
+                        lambda self, window, *args: by_python.append(window.last_step) or write(self, window, *args))
+    cache = log_line._stamp_cache
+    lines = _plain_run(tmp_path, 1, before_step=lambda: cache.__setitem__(slice(None), [None, ""]))  # each new
+    texts = (tmp_path / "log.txt").read_text().splitlines(keepends=True)
+    assert len(lines) == len(texts) == 12 and by_python == []
+    assert cache == [int(json.loads(lines[-1])["time"]), texts[-1][1:20]]  # the last line's second, cached
+    for line, text in zip(lines, texts):
+        record = json.loads(line)
+        assert format_log_line(record["step"], record["loss"], record["steps_per_sec"], record["time"]) + "\n" == text
 
 
 @built

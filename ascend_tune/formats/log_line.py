@@ -30,7 +30,11 @@ _stamp_cache: list = [None, ""]  # (whole second, its text): log lines come many
 def format_log_line(step: int, loss: float, steps_per_sec: float, when: Optional[float] = None) -> str:
     """The guide's line for ``step`` (``when``: its ``time.time()``, default now), without a newline."""
     second = int(time.time() if when is None else when)
-    if _stamp_cache[0] != second:
-        _stamp_cache[:] = [second, time.strftime(TIME_FORMAT, time.localtime(second))]
-    return _PERCENT % (_stamp_cache[1], step, loss, steps_per_sec)
+    return _PERCENT % (_stamp_cache[1] if _stamp_cache[0] == second else stamp(second), step, loss, steps_per_sec)
+
+
+def stamp(second: int) -> str:
+    """The line's time stamp for ``second`` (a whole ``time.time()``), kept as the cache's one second."""
+    _stamp_cache[:] = [second, time.strftime(TIME_FORMAT, time.localtime(second))]
+    return _stamp_cache[1]
 

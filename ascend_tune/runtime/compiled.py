@@ -112,7 +112,7 @@ def _install(loaded: Any) -> None:
     loaded.setup_lines(log_windows.LogWindows, step_clock.StepClock, sinks.TextLogSink, sinks.JsonlSink,
                        step_clock.Window, step_clock.make_window, step_clock._PROFILER_ENABLED,
                        getattr(torch._C, "_len_torch_dispatch_stack", None), log_line._stamp_cache, sum,
-                       step_clock._floats)
+                       step_clock._floats, log_line.stamp)
     tracker = type("StepTracker", (loaded.Tracker, steps.StepTracker), {
         "__module__": steps.__name__, "__doc__": steps.StepTracker.__doc__})
     _loaded.update(module=loaded, tracker=tracker)

@@ -450,7 +450,7 @@ static PyTypeObject TrackerType = {
  * in Python. */
 
 static PyObject *log_windows_type, *step_clock_type, *text_sink_type, *jsonl_sink_type, *window_type, *make_window,
-    *profiler_enabled, *len_dispatch_stack, *stamp_cache, *builtin_sum, *floats_of;
+    *profiler_enabled, *len_dispatch_stack, *stamp_cache, *builtin_sum, *floats_of, *stamp_of;
 static PyObject *s_callbacks, *s_riders, *s_sinks, *s_device, *s_kind, *s_entries, *s_window_start, *s_outputs,
     *s_busy, *s_deferred, *s_run_deferred, *s_item, *s_is_cpu, *s_echo, *s_file, *s_fd, *s_fail, *s_totals,
     *s_epoch, *s_rank, *s_world_size, *s_steady_from, *s_host, *s_write, *s_window_list, *s_ctx, *s_read_along,
@@ -491,9 +491,9 @@ static int buf_again(Buf *b, Py_ssize_t at, Py_ssize_t n) {
 }
 
 /* float.__repr__ of a double of the fixed-point range, from its bits with 128-bit integers (Python's dtoa costs
-   ~8k instructions a 17-digit loss, its bignums; this under 1.7k, float_text's call included). The text is the shortest decimal that reads back as the
-   double, the closest of those to it, ties to an even last digit (dtoa's mode 0); where none is in [1e-4, 2^53) or
-   this compiler has no 128-bit integer: 0, and dtoa writes it. */
+   ~8k instructions a 17-digit loss, its bignums; this under 1.7k, float_text's call included). The text is the
+   shortest decimal that reads back as the double, the closest of those to it, ties to an even last digit (dtoa's
+   mode 0); where none is in [1e-4, 2^53) or this compiler has no 128-bit integer: 0, and dtoa writes it. */
 #if defined(__SIZEOF_INT128__)
 typedef unsigned __int128 u128;
 
@@ -717,24 +717,43 @@ static int metrics_bytes(Buf *b, PyObject *w, PyObject *epoch, PyObject *rank, P
     return 1;
 }
 
-/* format_log_line(...) + "\n" (formats/log_line.py), with the time stamp its cache holds for this second */
+/* format_log_line(...) + "\n" (formats/log_line.py): its time stamp log_line's cache, made by log_line.stamp in
+   a new second */
 static int text_bytes(Buf *b, PyObject *w) {
     PyObject *when = PyTuple_GET_ITEM(w, 6);
     if (!PyList_CheckExact(stamp_cache) || PyList_GET_SIZE(stamp_cache) != 2 || !PyFloat_CheckExact(when)) return 0;
     double t = PyFloat_AS_DOUBLE(when);
-    PyObject *second = PyList_GET_ITEM(stamp_cache, 0), *stamp = PyList_GET_ITEM(stamp_cache, 1);
-    if (!(fabs(t) < 1e15) || !PyLong_CheckExact(second) || !PyUnicode_CheckExact(stamp)) return 0;
-    long long s = PyLong_AsLongLong(second);
-    if (s == -1 && PyErr_Occurred()) {
-        PyErr_Clear();
-        return 0;
+    if (!(fabs(t) < 1e15)) return 0;
+    PyObject *second = PyList_GET_ITEM(stamp_cache, 0), *stamp = PyList_GET_ITEM(stamp_cache, 1), *made = NULL;
+    int cached = 0, overflow = 0;
+    if (PyLong_CheckExact(second) && PyUnicode_CheckExact(stamp)) {
+        long long s = PyLong_AsLongLongAndOverflow(second, &overflow);
+        if (s == -1 && PyErr_Occurred()) return -1;
+        cached = !overflow && s == (long long)t;
     }
-    if (s != (long long)t) return 0; /* int(when): a new second, its stamp made in Python */
+    if (!cached) { /* int(when) in a new second: its stamp made by log_line.stamp, which caches it */
+        if (is_none(stamp_of)) return 0;
+        PyObject *whole = PyLong_FromLongLong((long long)t);
+        made = whole ? PyObject_CallOneArg(stamp_of, whole) : NULL;
+        Py_XDECREF(whole);
+        if (made == NULL) { /* Python's own line meets the error again, where it is handled */
+            if (!PyErr_ExceptionMatches(PyExc_Exception)) return -1;
+            PyErr_Clear();
+            return 0;
+        }
+        if (!PyUnicode_CheckExact(made)) {
+            Py_DECREF(made);
+            return 0;
+        }
+        stamp = made;
+    }
     Py_ssize_t size;
     const char *text = PyUnicode_AsUTF8AndSize(stamp, &size);
-    if (text == NULL) return -1;
-    TEXT("[");
-    PUT(buf_put(b, text, size) < 0 ? -1 : 1);
+    if (text == NULL || buf_text(b, "[") < 0 || buf_put(b, text, size) < 0) {
+        Py_XDECREF(made);
+        return -1;
+    }
+    Py_XDECREF(made);
     TEXT("] (step="); PUT(buf_int(b, PyTuple_GET_ITEM(w, 1), 7));
     TEXT(") Train Loss: "); PUT(buf_float(b, PyTuple_GET_ITEM(w, 7), 'f', 4));
     TEXT(", Train Steps/Sec: "); PUT(buf_float(b, PyTuple_GET_ITEM(w, 9), 'f', 2));
@@ -1585,14 +1604,15 @@ static PyObject *setup(PyObject *module, PyObject *args) {
 }
 
 /* setup_lines(LogWindows, StepClock, TextLogSink, JsonlSink, Window, make_window, profiler_enabled,
-   len_dispatch_stack, stamp_cache, sum, floats): what the log step reads and hands on (None: a torch without it) */
+   len_dispatch_stack, stamp_cache, sum, floats, stamp): what the log step reads and hands on (None: a torch
+   without it) */
 static PyObject *setup_lines(PyObject *module, PyObject *args) {
     PyObject **into[] = {&log_windows_type, &step_clock_type, &text_sink_type, &jsonl_sink_type, &window_type,
                          &make_window, &profiler_enabled, &len_dispatch_stack, &stamp_cache, &builtin_sum,
-                         &floats_of};
+                         &floats_of, &stamp_of};
     const Py_ssize_t count = sizeof into / sizeof into[0];
     if (!PyTuple_Check(args) || PyTuple_GET_SIZE(args) != count) {
-        PyErr_SetString(PyExc_TypeError, "setup_lines takes 11 arguments");
+        PyErr_SetString(PyExc_TypeError, "setup_lines takes 12 arguments");
         return NULL;
     }
     for (Py_ssize_t i = 0; i < count; i++) put(into[i], PyTuple_GET_ITEM(args, i));
