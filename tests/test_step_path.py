@@ -386,6 +386,33 @@ def test_a_line_in_a_new_second_is_written_in_c_with_the_stamp_python_makes(tmp_
 
 
 @built
+def test_a_field_a_subclass_redefines_is_read_by_its_name(tmp_path):
+    """step_path.c reads the monitor's step fields where their slots lie (compiled.StepFields); a name a subclass
+    gives another meaning (here a property over the slot) is read as Python reads it."""
+    class EveryThird(TrainingMonitor):
+        @property
+        def log_every(self):
+            return 3
+
+        @log_every.setter
+        def log_every(self, value):
+            compiled.StepFields.log_every.__set__(self, value)  # the slot holds what was given: 1
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(TensorDataset(torch.randn(48, 4), torch.randint(0, 3, (48,))), batch_size=4)
+    with EveryThird(model, optimizer, loader, log_dir=tmp_path, log_every=1, quiet=True):
+        for x, y in loader:
+            loss = F.cross_entropy(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in lines] == [2, 5, 8, 11]
+
+
+@built
 def test_a_nan_loss_is_written_as_json_writes_it_on_either_path(tmp_path):
     timing = ("steps_per_sec", "samples_per_sec", "time", "seconds", "host_s")
     runs = []

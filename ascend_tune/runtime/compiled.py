@@ -53,6 +53,13 @@ _loaded: dict = {}  # "module", "tracker": the loaded module and the compiled St
 _python_only = [0]  # python_only() blocks open
 
 
+class StepFields:
+    """The monitor's fields its step path reads at every step, as slots: ``step_path.c`` finds each slot's place in
+    the instance once and reads it there (a name a subclass gives another meaning is read by name)."""
+
+    __slots__ = ("_watch", "_scaled", "_finished", "_log_broken", "clock", "log_every", "_windows")
+
+
 def tracker_class() -> type:
     """The StepTracker class to use: the compiled one where the step path is built, else the Python one."""
     return steps.StepTracker if _python_only[0] else _load().get("tracker", steps.StepTracker)

@@ -41,7 +41,7 @@ logger = logging.getLogger("ascend_tune")
 _OPEN: list = []  # the open blocks; the launcher's (gives_way) closes when the script opens its own
 
 
-class TrainingMonitor:
+class TrainingMonitor(compiled.StepFields):
     """Instrument a training loop: ``with TrainingMonitor(model, optimizer, train_loader, log_dir=...):``.
 
     Parameters:

@@ -80,9 +80,73 @@ static double seconds(PyObject *clock) {
     return v;
 }
 
-/* object.attr += amount for a float attribute (HostTimes's sums) */
-static int add_seconds(PyObject *owner, PyObject *name, double amount) {
-    PyObject *now = PyObject_GetAttr(owner, name);
+/* ---- slots: the fields read at every step, where they lie in the instance --------------------------------------
+   The classes whose fields the step path reads at every step declare them as __slots__ (compiled.StepFields for
+   the monitor, StepClock, LogWindows, HostTimes). Where each lies in an instance of the class is found once, from
+   its member descriptor; a read is then a load. A name the class resolves to anything else (a subclass's
+   property), an instance of another class, or a slot not set: read and written by name. */
+typedef struct {
+    PyTypeObject *type; /* the class it was found for (held by whoever holds the Slot) */
+    Py_ssize_t at;      /* its offset in the instance; 0: none (by name) */
+    PyObject *name;
+} Slot;
+
+static void slot_find(Slot *slot, PyObject *type, PyObject *name) {
+    PyTypeObject *t = PyType_Check(type) ? (PyTypeObject *)type : NULL;
+    slot->type = t;
+    slot->at = 0;
+    slot->name = name;
+    if (t == NULL || t->tp_getattro != PyObject_GenericGetAttr || t->tp_setattro != PyObject_GenericSetAttr)
+        return; /* a class with attribute access of its own (__getattribute__, __setattr__): by name */
+    PyObject *found = PyObject_GetAttr(type, name); /* a slot's member descriptor, itself */
+    if (found == NULL) {
+        PyErr_Clear();
+        return;
+    }
+    if (Py_TYPE(found) == &PyMemberDescr_Type && PyType_IsSubtype(slot->type, PyDescr_TYPE(found))) {
+        PyMemberDef *member = ((PyMemberDescrObject *)found)->d_member;
+        if (member->type == T_OBJECT_EX && !(member->flags & READONLY) && member->offset > 0)
+            slot->at = member->offset;
+    }
+    Py_DECREF(found);
+}
+
+static inline PyObject **slot_in(PyObject *owner, const Slot *slot) {
+    return slot->at > 0 && Py_TYPE(owner) == slot->type ? (PyObject **)((char *)owner + slot->at) : NULL;
+}
+
+/* owner.<name>: a new reference, or NULL with an error */
+static inline PyObject *slot_get(PyObject *owner, const Slot *slot) {
+    PyObject **in = slot_in(owner, slot);
+    if (in != NULL && *in != NULL) return Py_NewRef(*in);
+    return PyObject_GetAttr(owner, slot->name);
+}
+
+/* the attribute's value is None (1), is not (0), or -1 with an error */
+static int attr_is_none(PyObject *owner, PyObject *name) {
+    PyObject *v = PyObject_GetAttr(owner, name);
+    if (v == NULL) return -1;
+    int none = v == Py_None;
+    Py_DECREF(v);
+    return none;
+}
+
+static inline int slot_is_none(PyObject *owner, const Slot *slot) {
+    PyObject **in = slot_in(owner, slot);
+    if (in != NULL && *in != NULL) return *in == Py_None;
+    return attr_is_none(owner, slot->name);
+}
+
+/* owner.<name> += amount for a float field (HostTimes's sums) */
+static int add_seconds(PyObject *owner, const Slot *slot, double amount) {
+    PyObject **in = slot_in(owner, slot);
+    if (in != NULL && *in != NULL && PyFloat_CheckExact(*in)) {
+        PyObject *sum = PyFloat_FromDouble(PyFloat_AS_DOUBLE(*in) + amount);
+        if (sum == NULL) return -1;
+        Py_SETREF(*in, sum);
+        return 0;
+    }
+    PyObject *name = slot->name, *now = PyObject_GetAttr(owner, name);
     if (now == NULL) return -1;
     double v = PyFloat_AsDouble(now);
     Py_DECREF(now);
@@ -451,6 +515,7 @@ static PyTypeObject TrackerType = {
 
 static PyObject *log_windows_type, *step_clock_type, *text_sink_type, *jsonl_sink_type, *window_type, *make_window,
     *profiler_enabled, *len_dispatch_stack, *stamp_cache, *builtin_sum, *floats_of, *stamp_of;
+static Slot clock_commit, windows_pending; /* StepClock.commit, LogWindows.pending (found by setup_lines) */
 static PyObject *s_callbacks, *s_riders, *s_sinks, *s_device, *s_kind, *s_entries, *s_window_start, *s_outputs,
     *s_busy, *s_deferred, *s_run_deferred, *s_item, *s_is_cpu, *s_echo, *s_file, *s_fd, *s_fail, *s_totals,
     *s_epoch, *s_rank, *s_world_size, *s_steady_from, *s_host, *s_write, *s_window_list, *s_ctx, *s_read_along,
@@ -1149,19 +1214,22 @@ typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     PyObject *monitor, *tracker, *host, *original, *on_done, *graph_task, *marks, *scalar, *wrapped_name, *doc;
+    PyObject *monitor_type, *host_type; /* the classes the slots below were found for */
+    Slot watch, scaled, finished, log_broken, clock, log_every, windows; /* the monitor's (compiled.StepFields) */
+    Slot data, backward;                                                 /* the host's (HostTimes) */
 } Hooks;
 
 static int Hooks_traverse(Hooks *self, visitproc visit, void *arg) {
     Py_VISIT(self->monitor); Py_VISIT(self->tracker); Py_VISIT(self->host); Py_VISIT(self->original);
     Py_VISIT(self->on_done); Py_VISIT(self->graph_task); Py_VISIT(self->marks); Py_VISIT(self->scalar);
-    Py_VISIT(self->wrapped_name); Py_VISIT(self->doc);
+    Py_VISIT(self->wrapped_name); Py_VISIT(self->doc); Py_VISIT(self->monitor_type); Py_VISIT(self->host_type);
     return 0;
 }
 
 static int Hooks_clear(Hooks *self) {
     Py_CLEAR(self->monitor); Py_CLEAR(self->tracker); Py_CLEAR(self->host); Py_CLEAR(self->original);
     Py_CLEAR(self->on_done); Py_CLEAR(self->graph_task); Py_CLEAR(self->marks); Py_CLEAR(self->scalar);
-    Py_CLEAR(self->wrapped_name); Py_CLEAR(self->doc);
+    Py_CLEAR(self->wrapped_name); Py_CLEAR(self->doc); Py_CLEAR(self->monitor_type); Py_CLEAR(self->host_type);
     return 0;
 }
 
@@ -1171,19 +1239,10 @@ static void Hooks_dealloc(Hooks *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* the attribute's value is None (1), is not (0), or -1 with an error */
-static int attr_is_none(PyObject *owner, PyObject *name) {
-    PyObject *v = PyObject_GetAttr(owner, name);
-    if (v == NULL) return -1;
-    int none = v == Py_None;
-    Py_DECREF(v);
-    return none;
-}
-
 /* TrainingMonitor._on_backward: the loss detached and handed to the tracker; whether its end is wanted */
 static int on_loss(Hooks *self, PyObject *tensor) {
-    int plain = attr_is_none(self->monitor, s_scaled);
-    if (plain == 1) plain = attr_is_none(self->monitor, s_watch);
+    int plain = slot_is_none(self->monitor, &self->scaled);
+    if (plain == 1) plain = slot_is_none(self->monitor, &self->watch);
     if (plain == 1) {
         PyObject *depth = PyObject_CallNoArgs(len_function_stack);
         if (depth == NULL) plain = -1;
@@ -1262,7 +1321,7 @@ static PyObject *Hooks_vectorcall(Hooks *self, PyObject *const *args, size_t nar
     PyObject *result = PyObject_Vectorcall(self->original, args, nargsf, kwnames);
     if (result == NULL) return NULL;
     double ended = seconds(perf_counter);
-    if ((ended == -1.0 && PyErr_Occurred()) || add_seconds(self->host, s_backward, ended - began) < 0) {
+    if ((ended == -1.0 && PyErr_Occurred()) || add_seconds(self->host, &self->backward, ended - began) < 0) {
         contain(self->monitor, "the loss capture"); /* the backward ran: its result goes back to the loop */
         if (PyErr_Occurred()) {
             Py_DECREF(result);
@@ -1283,7 +1342,7 @@ static PyObject *Hooks_vectorcall(Hooks *self, PyObject *const *args, size_t nar
 /* TrainingMonitor._on_batch: the loop waited `w` seconds for `batch` (`waited`: those seconds as a float, or NULL
    where none is made yet) */
 static PyObject *on_batch(Hooks *self, PyObject *batch, PyObject *waited, double w) {
-    int plain = attr_is_none(self->monitor, s_watch);
+    int plain = slot_is_none(self->monitor, &self->watch);
     if (plain != 1 || !PyObject_TypeCheck(self->tracker, &TrackerType)) {
         if (plain < 0) PyErr_Clear();
         PyObject *made = waited == NULL ? PyFloat_FromDouble(w) : Py_NewRef(waited);
@@ -1293,7 +1352,7 @@ static PyObject *on_batch(Hooks *self, PyObject *batch, PyObject *waited, double
     }
     if (waited != NULL) w = PyFloat_AsDouble(waited);
     PyObject *n = NULL, *r = NULL;
-    if (!(w == -1.0 && PyErr_Occurred()) && add_seconds(self->host, s_data, w) == 0) {
+    if (!(w == -1.0 && PyErr_Occurred()) && add_seconds(self->host, &self->data, w) == 0) {
         PyObject *first = NULL;
         if ((PyList_CheckExact(batch) || PyTuple_CheckExact(batch)) && PySequence_Fast_GET_SIZE(batch) > 0)
             first = PySequence_Fast_GET_ITEM(batch, 0);
@@ -1335,8 +1394,8 @@ static PyObject *Hooks_on_commit(PyObject *hooks, PyObject *const *args, Py_ssiz
         return NULL;
     }
     PyObject *closed = args[0];
-    PyObject *finished = PyObject_GetAttr(self->monitor, s_finished);
-    PyObject *broken = finished ? PyObject_GetAttr(self->monitor, s_log_broken) : NULL;
+    PyObject *finished = slot_get(self->monitor, &self->finished);
+    PyObject *broken = finished ? slot_get(self->monitor, &self->log_broken) : NULL;
     int skip = broken != NULL && (truth(finished) || truth(broken));
     Py_XDECREF(finished);
     Py_XDECREF(broken);
@@ -1348,22 +1407,24 @@ static PyObject *Hooks_on_commit(PyObject *hooks, PyObject *const *args, Py_ssiz
     if (skip) Py_RETURN_NONE;
     /* self.clock.commit(closed); (closed.step + 1) % self.log_every == 0 or self._windows.pending */
     int due = -1, line = 0;
-    PyObject *clock = PyObject_GetAttr(self->monitor, s_clock);
-    PyObject *r = clock ? PyObject_CallMethodOneArg(clock, s_commit, closed) : NULL;
+    PyObject *clock = slot_get(self->monitor, &self->clock);
+    PyObject *commit = clock ? slot_get(clock, &clock_commit) : NULL;
+    PyObject *r = commit ? PyObject_CallOneArg(commit, closed) : NULL;
     Py_XDECREF(clock);
+    Py_XDECREF(commit);
     if (r != NULL) {
         Py_DECREF(r);
         PyObject *step = Py_TYPE(closed) == &ClosedType && ((Closed *)closed)->step != NULL
                              ? Py_NewRef(((Closed *)closed)->step) : PyObject_GetAttr(closed, s_step);
-        PyObject *every = step ? PyObject_GetAttr(self->monitor, s_log_every) : NULL;
+        PyObject *every = step ? slot_get(self->monitor, &self->log_every) : NULL;
         Py_ssize_t n = step ? PyLong_AsSsize_t(step) : -1, k = every ? PyLong_AsSsize_t(every) : -1;
         Py_XDECREF(step);
         Py_XDECREF(every);
         if (!PyErr_Occurred() && k > 0) {
             due = line = ((n + 1) % k + k) % k == 0; /* Python's modulo: never negative */
             if (!due) {
-                PyObject *windows = PyObject_GetAttr(self->monitor, s_windows);
-                PyObject *pending = windows ? PyObject_GetAttr(windows, s_pending) : NULL;
+                PyObject *windows = slot_get(self->monitor, &self->windows);
+                PyObject *pending = windows ? slot_get(windows, &windows_pending) : NULL;
                 due = pending ? truth(pending) : -1;
                 Py_XDECREF(pending);
                 Py_XDECREF(windows);
@@ -1418,7 +1479,7 @@ static PyObject *Hooks_tp_new(PyTypeObject *type, PyObject *args, PyObject *kwar
                            &self->graph_task, &self->marks, &self->scalar};
     if (!PyTuple_Check(args) || PyTuple_GET_SIZE(args) != 8) {
         for (int i = 0; i < 8; i++) *fields[i] = NULL;
-        self->wrapped_name = self->doc = NULL;
+        self->wrapped_name = self->doc = self->monitor_type = self->host_type = NULL;
         Py_DECREF(self);
         PyErr_SetString(PyExc_TypeError,
                         "Hooks(monitor, tracker, host, original, on_done, graph_task, marks, scalar)");
@@ -1439,6 +1500,15 @@ static PyObject *Hooks_tp_new(PyTypeObject *type, PyObject *args, PyObject *kwar
         self->doc = Py_None;
         Py_INCREF(Py_None);
     }
+    self->monitor_type = Py_NewRef((PyObject *)Py_TYPE(self->monitor));
+    self->host_type = Py_NewRef((PyObject *)Py_TYPE(self->host));
+    struct { Slot *slot; PyObject *type, *name; } slots[] = {
+        {&self->watch, self->monitor_type, s_watch}, {&self->scaled, self->monitor_type, s_scaled},
+        {&self->finished, self->monitor_type, s_finished}, {&self->log_broken, self->monitor_type, s_log_broken},
+        {&self->clock, self->monitor_type, s_clock}, {&self->log_every, self->monitor_type, s_log_every},
+        {&self->windows, self->monitor_type, s_windows}, {&self->data, self->host_type, s_data},
+        {&self->backward, self->host_type, s_backward}};
+    for (size_t i = 0; i < sizeof slots / sizeof slots[0]; i++) slot_find(slots[i].slot, slots[i].type, slots[i].name);
     PyObject_GC_Track(self);
     return (PyObject *)self;
 }
@@ -1616,6 +1686,8 @@ static PyObject *setup_lines(PyObject *module, PyObject *args) {
         return NULL;
     }
     for (Py_ssize_t i = 0; i < count; i++) put(into[i], PyTuple_GET_ITEM(args, i));
+    slot_find(&clock_commit, step_clock_type, s_commit);
+    slot_find(&windows_pending, log_windows_type, s_pending);
     Py_RETURN_NONE;
 }
 
@@ -1658,6 +1730,8 @@ PyMODINIT_FUNC PyInit_ascend_tune_step_path(void) {
         {&s_is_floating_point, "is_floating_point"}};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if ((*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL) return NULL;
+    clock_commit.name = s_commit; /* by name until setup_lines finds the slots */
+    windows_pending.name = s_pending;
     PyTypeObject *types[] = {&ClosedType, &TrackerType, &HooksType, &MarkedType};
     const char *type_names[] = {"ClosedStep", "Tracker", "Hooks", "iterate_marked"};
     for (int i = 0; i < 4; i++)
