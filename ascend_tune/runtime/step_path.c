@@ -782,8 +782,8 @@ static int metrics_bytes(Buf *b, PyObject *w, PyObject *epoch, PyObject *rank, P
     return 1;
 }
 
-/* format_log_line(...) + "\n" (formats/log_line.py): its time stamp log_line's cache, made by log_line.stamp in
-   a new second */
+/* format_log_line(...) + "\n" (formats/log_line.py): the time stamp from log_line's cache, or from log_line.stamp
+   in a new second (which caches it) */
 static int text_bytes(Buf *b, PyObject *w) {
     PyObject *when = PyTuple_GET_ITEM(w, 6);
     if (!PyList_CheckExact(stamp_cache) || PyList_GET_SIZE(stamp_cache) != 2 || !PyFloat_CheckExact(when)) return 0;
