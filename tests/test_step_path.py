@@ -261,6 +261,29 @@ def test_a_lines_floats_are_written_as_repr_writes_them(x):
 
 
 @built
+@settings(max_examples=2000, deadline=None)
+@given(x=st.one_of(st.floats(allow_nan=False, allow_infinity=False), st.floats(width=32, allow_nan=False,
+                   allow_infinity=False), st.floats(min_value=0, max_value=1e4),
+                   st.tuples(st.integers(-10**6, 10**6), st.integers(0, 12)).map(lambda p: p[0] / 2**p[1]),
+                   st.integers(-80, 70).map(lambda e: 2.0**e), st.integers(-8, 20).map(lambda e: 10.0**e)),
+       digits=st.sampled_from([2, 4, 1, 9]))
+@example(x=0.03125, digits=4)  # a tie (x * 10^4 is 312.5): to the even 312
+@example(x=0.09375, digits=4)  # 937.5: to the even 938
+@example(x=0.125, digits=2)
+@example(x=0.375, digits=2)
+@example(x=-0.00001, digits=4)  # rounds to zero, keeps its sign
+@example(x=2.0**63 - 1024, digits=2)  # the largest integer written here
+@example(x=1.8446744073709552e15, digits=4)  # x * 10^4 past 64 bits: dtoa's
+@example(x=2.0**-74, digits=2)
+def test_a_lines_fixed_floats_are_written_as_format_writes_them(x, digits):
+    """log.txt's two floats (step_path.c's fixed_text, and dtoa where it does not write them) are written as
+    format_log_line's f-string writes them."""
+    for value in (x, math.nextafter(x, -math.inf), math.nextafter(x, math.inf)):
+        if math.isfinite(value):
+            assert compiled.module().float_text(value, digits) == f"{value:.{digits}f}"
+
+
+@built
 def test_only_finite_floats_have_a_text():
     for value in (math.nan, math.inf, -math.inf, 1, "1.0"):
         with pytest.raises(ValueError, match="finite float"):
@@ -304,6 +327,22 @@ def test_the_compiled_lines_are_the_python_lines(losses, seconds, samples, first
     plain = (None not in losses and b"NaN" not in metrics and b"Infinity" not in metrics
              and max(first + len(losses) - 1, samples or 0) < 2**63 and _plain_fields(fields or {}))
     assert (made is not None) == plain
+
+
+@built
+@pytest.mark.parametrize("norms", [0, 30, 400])
+def test_a_long_line_is_the_python_line(norms):
+    """A line past the buffer's own room (a feature's long list: per-step norms of a 400-step window) grows it on
+    the heap; its bytes are still the Python line's."""
+    losses = [0.1 * (i + 1) for i in range(4)]
+    entries = [steps.ClosedStep(7 + i, None, None, False, 0.0, 1.8e9 + i) for i in range(4)]
+    window = step_clock.make_window(entries, 0.25, 16, losses)
+    fields = {"grad_norm": 1.0 / 3, "step_grad_norms": [math.pi * (i + 1) for i in range(norms)]}
+    context = {"epoch": 2, "rank": 0, "world_size": 1, "warmup": False, "memory_mib": None,
+               "host_s": {"data": 0.001, "backward": 0.002}, **fields}
+    made = compiled.module().plain_lines(window, 2, 0, 1, False, 0.001, 0.002, fields)
+    assert made is not None and made[0] == sinks.metrics_line(window, context)
+    assert len(made[0]) > 1024 * (norms > 100)
 
 
 def _plain_fields(fields: dict) -> bool:

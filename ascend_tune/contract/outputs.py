@@ -35,6 +35,8 @@ class Outputs:
         warn: where the one warning per failed output goes (default: the ``ascend_tune`` logger).
     """
 
+    __slots__ = ("_warn", "failed", "busy", "_deferred")  # slots: the step path reads ``busy`` where it lies
+
     def __init__(self, warn: Optional[Callable[[str], None]] = None):
         self._warn = warn or (lambda message: logger.warning("ascend_tune: %s", message))
         self.failed: dict = {}  # output -> its summary.json entry

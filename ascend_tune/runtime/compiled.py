@@ -54,10 +54,11 @@ _python_only = [0]  # python_only() blocks open
 
 
 class StepFields:
-    """The monitor's fields its step path reads at every step, as slots: ``step_path.c`` finds each slot's place in
-    the instance once and reads it there (a name a subclass gives another meaning is read by name)."""
+    """The monitor's fields its step path reads at every step or line, as slots: ``step_path.c`` finds each slot's
+    place in the instance once and reads it there (a name a subclass gives another meaning is read by name)."""
 
-    __slots__ = ("_watch", "_scaled", "_finished", "_log_broken", "clock", "log_every", "_windows")
+    __slots__ = ("_watch", "_scaled", "_finished", "_log_broken", "clock", "log_every", "_windows", "_outputs",
+                 "_callbacks", "_ctx", "epoch")
 
 
 def tracker_class() -> type:
@@ -119,7 +120,7 @@ def _install(loaded: Any) -> None:
     loaded.setup_lines(log_windows.LogWindows, step_clock.StepClock, sinks.TextLogSink, sinks.JsonlSink,
                        step_clock.Window, step_clock.make_window, step_clock._PROFILER_ENABLED,
                        getattr(torch._C, "_len_torch_dispatch_stack", None), log_line._stamp_cache, sum,
-                       step_clock._floats, log_line.stamp)
+                       step_clock._floats, log_line.stamp, sinks.LineFile, sinks.Outputs)
     tracker = type("StepTracker", (loaded.Tracker, steps.StepTracker), {
         "__module__": steps.__name__, "__doc__": steps.StepTracker.__doc__})
     _loaded.update(module=loaded, tracker=tracker)

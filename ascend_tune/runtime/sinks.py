@@ -70,6 +70,8 @@ def window_record(window: Window, **context: Any) -> dict:
 class TextLogSink:
     """``log.txt`` in the guide's format, one line per log window; echoed to the console (``console``)."""
 
+    __slots__ = ("_file", "_echo")  # slots: the step path reads them where they lie
+
     def __init__(self, path: str, append: bool, echo: bool, outputs: Outputs):
         self._file = LineFile(path, append, outputs)
         self._echo = echo
@@ -89,6 +91,8 @@ class TextLogSink:
 
 class JsonlSink:
     """``metrics.jsonl``: one JSON object per log line with full-precision values, and event lines."""
+
+    __slots__ = ("_file",)  # slots: the step path reads it where it lies
 
     def __init__(self, path: str, append: bool, outputs: Outputs):
         self._file = LineFile(path, append, outputs)

@@ -81,10 +81,11 @@ static double seconds(PyObject *clock) {
 }
 
 /* ---- slots: the fields read at every step, where they lie in the instance --------------------------------------
-   The classes whose fields the step path reads at every step declare them as __slots__ (compiled.StepFields for
-   the monitor, StepClock, LogWindows, HostTimes). Where each lies in an instance of the class is found once, from
-   its member descriptor; a read is then a load. A name the class resolves to anything else (a subclass's
-   property), an instance of another class, or a slot not set: read and written by name. */
+   The classes whose fields the step path reads at every step or line declare them as __slots__ (compiled.StepFields
+   for the monitor, StepClock, LogWindows, HostTimes, the two sinks, LineFile, Outputs). Where each lies in an
+   instance of the class is found once, from its member descriptor; a read is then a load. A name the class resolves
+   to anything else (a subclass's property), an instance of another class, or a slot not set: read and written by
+   name. */
 typedef struct {
     PyTypeObject *type; /* the class it was found for (held by whoever holds the Slot) */
     Py_ssize_t at;      /* its offset in the instance; 0: none (by name) */
@@ -120,6 +121,14 @@ static inline PyObject *slot_get(PyObject *owner, const Slot *slot) {
     PyObject **in = slot_in(owner, slot);
     if (in != NULL && *in != NULL) return Py_NewRef(*in);
     return PyObject_GetAttr(owner, slot->name);
+}
+
+/* owner.<name> = value: 0, or -1 with an error */
+static inline int slot_set(PyObject *owner, const Slot *slot, PyObject *value) {
+    PyObject **in = slot_in(owner, slot);
+    if (in == NULL) return PyObject_SetAttr(owner, slot->name, value);
+    Py_XSETREF(*in, Py_NewRef(value));
+    return 0;
 }
 
 /* the attribute's value is None (1), is not (0), or -1 with an error */
@@ -506,34 +515,55 @@ static PyTypeObject TrackerType = {
  * A plain window: the line is due and no read is pending, one optimizer's losses (plain host tensors, no step
  * without one), no torch function or dispatch mode and no profiler recording, and the sinks log.txt (not echoed)
  * and metrics.jsonl. The features that read along (health's gradient norms) are called as LogWindows calls them,
- * their values read on the host (elsewhere: LogWindows.read takes the window over); the whole step is marked as
- * the monitor's own work (`with INTERNAL`) and as a write in progress (`with outputs`). Its two lines are formatted
- * here (`lines`: the bytes of sinks.metrics_line and format_log_line) and each written in one write(2), as
- * LineFile.write does. A value the fast line would not write as json does (a non-finite number, a dict, another
- * type) or a time stamp not made yet this second: the window is still made here, and written by LogWindows.write
- * in Python. */
+ * their values read on the host (elsewhere: LogWindows.read takes the window over). The step is a write in
+ * progress (`with outputs`); it is marked as the monitor's own work (`with INTERNAL`) where something could see
+ * that work: features that read along, or a Tensor.item wrapped in Python (torch's own, called from here with no
+ * mode, subclass or profiler about, nothing sees). Its two lines are formatted here (`lines`: the bytes of
+ * sinks.metrics_line and format_log_line) and each written in one write(2), as LineFile.write does. A value the
+ * fast line would not write as json does (a non-finite number, a dict, another type) or a time stamp
+ * log_line.stamp could not make: the window is still made here, and written by LogWindows.write in Python. */
 
 static PyObject *log_windows_type, *step_clock_type, *text_sink_type, *jsonl_sink_type, *window_type, *make_window,
     *profiler_enabled, *len_dispatch_stack, *stamp_cache, *builtin_sum, *floats_of, *stamp_of;
-static Slot clock_commit, windows_pending; /* StepClock.commit, LogWindows.pending (found by setup_lines) */
+static PyObject *no_riders; /* (None, ()): read_along's (extra, layout) where no feature reads along */
+/* StepClock's and LogWindows' fields the log step reads (found by setup_lines) */
+static Slot clock_commit, clock_entries, clock_window_start;
+static Slot windows_pending, windows_device, windows_sinks, windows_host, windows_totals, windows_rank,
+    windows_world_size, windows_steady_from;
+/* the sinks', their files' and the outputs' (found by setup_lines) */
+static Slot text_file, text_echo, jsonl_file, file_fd, outputs_busy_count, outputs_deferred;
+static PyObject *line_file_type, *outputs_type;
 static PyObject *s_callbacks, *s_riders, *s_sinks, *s_device, *s_kind, *s_entries, *s_window_start, *s_outputs,
     *s_busy, *s_deferred, *s_run_deferred, *s_item, *s_is_cpu, *s_echo, *s_file, *s_fd, *s_fail, *s_totals,
     *s_epoch, *s_rank, *s_world_size, *s_steady_from, *s_host, *s_write, *s_window_list, *s_ctx, *s_read_along,
     *s_read, *s_window, *s_dim, *s_is_floating_point;
 
+/* a line's bytes: in the buffer's own room (a line with a feature's long fields: on the heap) */
 typedef struct {
     char *p;
     Py_ssize_t n, cap;
+    char room[1024];
 } Buf;
+
+static void buf_init(Buf *b) {
+    b->p = b->room;
+    b->n = 0;
+    b->cap = sizeof b->room;
+}
+
+static void buf_free(Buf *b) {
+    if (b->p != b->room) PyMem_Free(b->p);
+}
 
 static int buf_put(Buf *b, const char *s, Py_ssize_t n) {
     if (b->n + n > b->cap) {
         Py_ssize_t cap = (b->n + n) * 2;
-        char *p = PyMem_Realloc(b->p, cap);
+        char *p = b->p == b->room ? PyMem_Malloc(cap) : PyMem_Realloc(b->p, cap);
         if (p == NULL) {
             PyErr_NoMemory();
             return -1;
         }
+        if (b->p == b->room) memcpy(p, b->room, b->n);
         b->p = p;
         b->cap = cap;
     }
@@ -556,7 +586,7 @@ static int buf_again(Buf *b, Py_ssize_t at, Py_ssize_t n) {
 }
 
 /* float.__repr__ of a double of the fixed-point range, from its bits with 128-bit integers (Python's dtoa costs
-   ~8k instructions a 17-digit loss, its bignums; this under 1.7k, float_text's call included). The text is the
+   ~8k instructions a 17-digit loss, its bignums; this ~0.8k, buf_float's whole call). The text is the
    shortest decimal that reads back as the double, the closest of those to it, ties to an even last digit (dtoa's
    mode 0); where none is in [1e-4, 2^53) or this compiler has no 128-bit integer: 0, and dtoa writes it. */
 #if defined(__SIZEOF_INT128__)
@@ -589,7 +619,8 @@ static int short_repr(double v, char *out) {
     memcpy(&bits, &v, sizeof bits);
     int exponent = (int)((bits >> 52) & 0x7ff), sh = 1075 - exponent; /* a = m * 2^-sh, 0 <= sh <= 66 here */
     unsigned long long fraction = bits & ((1ULL << 52) - 1), m = fraction | (1ULL << 52), s17 = 0;
-    int k = 16 - (int)floor(log10(a)); /* a * 10^k in [10^16, 10^17): corrected below where log10 rounds over */
+    /* a * 10^k in [10^16, 10^17): log10(a) from the binary exponent is low by at most one, corrected below */
+    int k = 16 - (int)floor((exponent - 1023) * 0.30102999566398120);
     u128 x = 0;
     for (int tries = 0;; tries++) {
         if (k < 0 || k > 21 || tries > 2) return 0;
@@ -605,14 +636,27 @@ static int short_repr(double v, char *out) {
     u128 half = pow10_128(k) * 2; /* half an ulp, in units of 2^(sh+2) */
     u128 low = fraction == 0 && exponent > 1 ? half / 2 : half; /* a power of two: the double below is nearer */
     int edges = (m & 1) == 0, n = 17, lo = 1;
-    unsigned long long digits;
+    unsigned long long digits, fewer;
     if (!fits(s17, x << 2, sh + 2, low, half, edges, 17, &digits)) return 0;
-    while (lo < n) { /* the fewest digits: any that fit, fit with one more */
-        int mid = (lo + n) / 2;
-        if (fits(s17, x << 2, sh + 2, low, half, edges, mid, &digits)) n = mid;
-        else lo = mid + 1;
+    /* the fewest digits (any that fit, fit with one more): a double's interval spans ~1-22 units of its 17th digit,
+       so 16 or 17 digits, unless it is a short decimal (then searched in halves) */
+    if (fits(s17, x << 2, sh + 2, low, half, edges, 16, &fewer)) {
+        n = 16;
+        digits = fewer;
+        if (fits(s17, x << 2, sh + 2, low, half, edges, 15, &fewer)) {
+            n = 15;
+            digits = fewer;
+            while (lo < n) {
+                int mid = (lo + n) / 2;
+                if (fits(s17, x << 2, sh + 2, low, half, edges, mid, &fewer)) {
+                    n = mid;
+                    digits = fewer;
+                } else {
+                    lo = mid + 1;
+                }
+            }
+        }
     }
-    fits(s17, x << 2, sh + 2, low, half, edges, n, &digits);
     int point = 17 - k; /* the decimal point after this many digits */
     if (digits == P10[n]) { /* rounded up to a power of ten */
         digits = 1;
@@ -649,17 +693,53 @@ static int short_repr(double v, char *out) {
     *o = '\0';
     return (int)(o - out);
 }
+
+/* '%.<digits>f' % v for 1 <= digits <= 9, from its bits: the double times 10^digits rounded to an integer, ties
+   (exact in binary) to an even one, as dtoa rounds it; 0 where that integer passes 64 bits or the double is
+   subnormal (or zero), and dtoa writes it. The log line's two floats (Python's dtoa in mode 3: ~0.8k instructions
+   each, and its code cold at every line). */
+static int fixed_text(double v, int digits, char *out) {
+    unsigned long long bits;
+    memcpy(&bits, &v, sizeof bits);
+    int exponent = (int)((bits >> 52) & 0x7ff), sh = 1075 - exponent; /* |v| = m * 2^-sh */
+    if (exponent == 0 || exponent == 0x7ff || digits < 1 || digits > 9 || sh < -10 || sh > 127) return 0;
+    unsigned long long m = (bits & ((1ULL << 52) - 1)) | (1ULL << 52), whole, part;
+    if (sh <= 0) { /* an integer below 2^63 */
+        whole = m << -sh;
+        part = 0;
+    } else {
+        u128 x = (u128)m * P10[digits], q = x >> sh, rest = x - (q << sh), half = (u128)1 << (sh - 1);
+        q += rest > half || (rest == half && (q & 1));
+        if (q >> 64) return 0;
+        whole = (unsigned long long)q / P10[digits];
+        part = (unsigned long long)q % P10[digits];
+    }
+    char text[32], *p = text + sizeof text;
+    for (int i = 0; i < digits; i++, part /= 10) *--p = (char)('0' + part % 10);
+    *--p = '.';
+    do {
+        *--p = (char)('0' + whole % 10);
+        whole /= 10;
+    } while (whole);
+    if (v < 0) *--p = '-';
+    int n = (int)(text + sizeof text - p);
+    memcpy(out, p, n);
+    out[n] = '\0';
+    return n;
+}
 #else
 static int short_repr(double v, char *out) { return 0; }
+static int fixed_text(double v, int digits, char *out) { return 0; }
 #endif
 
 /* a float as float.__repr__ writes it ('r') or as '%.<digits>f' does ('f'); 0 when not an exact finite float */
 static int buf_float(Buf *b, PyObject *o, char how, int digits) {
     if (!PyFloat_CheckExact(o) || !isfinite(PyFloat_AS_DOUBLE(o))) return 0;
     char quick[32];
-    int length = how == 'r' ? short_repr(PyFloat_AS_DOUBLE(o), quick) : 0;
+    double v = PyFloat_AS_DOUBLE(o);
+    int length = how == 'r' ? short_repr(v, quick) : fixed_text(v, digits, quick);
     if (length > 0) return buf_put(b, quick, length) < 0 ? -1 : 1;
-    char *s = PyOS_double_to_string(PyFloat_AS_DOUBLE(o), how, digits, how == 'r' ? Py_DTSF_ADD_DOT_0 : 0, NULL);
+    char *s = PyOS_double_to_string(v, how, digits, how == 'r' ? Py_DTSF_ADD_DOT_0 : 0, NULL);
     if (s == NULL) return -1;
     int r = buf_text(b, s) < 0 ? -1 : 1;
     PyMem_Free(s);
@@ -690,7 +770,7 @@ static int buf_int(Buf *b, PyObject *o, int width) {
 }
 
 #define PUT(call) do { int r_ = (call); if (r_ <= 0) return r_; } while (0)
-#define TEXT(s) PUT(buf_text(b, s) < 0 ? -1 : 1)
+#define TEXT(s) PUT(buf_put(b, "" s, (Py_ssize_t)sizeof(s) - 1) < 0 ? -1 : 1) /* a literal's bytes */
 
 /* a field's value as sinks._value writes it (json's bytes) for None, bools, ints, finite floats and lists or
    tuples of them; 0 for anything else (a dict, a string, a NaN: Python writes the line) */
@@ -773,7 +853,8 @@ static int metrics_bytes(Buf *b, PyObject *w, PyObject *epoch, PyObject *rank, P
     TEXT(",\"epoch\":"); PUT(buf_int(b, epoch, 0));
     TEXT(",\"rank\":"); PUT(buf_int(b, rank, 0));
     TEXT(",\"world_size\":"); PUT(buf_int(b, world, 0));
-    TEXT(warmup ? ",\"warmup\":true" : ",\"warmup\":false");
+    if (warmup) TEXT(",\"warmup\":true");
+    else TEXT(",\"warmup\":false");
     TEXT(",\"memory_mib\":null,\"host_s\":{\"data\":"); PUT(buf_float(b, data, 'r', 0));
     TEXT(",\"backward\":"); PUT(buf_float(b, backward, 'r', 0));
     TEXT("}");
@@ -842,20 +923,22 @@ static PyObject *plain_lines(PyObject *module, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OOOOpOO|O:plain_lines", &w, &epoch, &rank, &world, &warmup, &data, &backward,
                           &fields))
         return NULL;
-    Buf metrics = {NULL, 0, 0}, text = {NULL, 0, 0};
+    Buf metrics, text;
+    buf_init(&metrics);
+    buf_init(&text);
     int r = lines(w, epoch, rank, world, warmup, data, backward, fields, &metrics, &text);
     PyObject *out = r < 0 ? NULL : r == 0 ? Py_NewRef(Py_None)
         : Py_BuildValue("(y#y#)", metrics.p, metrics.n, text.p, text.n);
-    PyMem_Free(metrics.p);
-    PyMem_Free(text.p);
+    buf_free(&metrics);
+    buf_free(&text);
     return out;
 }
 
 /* LineFile.write (contract/outputs.py): one write(2); a short one's torn part taken back; a failure is the
    file's (its _fail: the output is switched off, the run goes on) */
 static int write_line(PyObject *sink, Buf *b) {
-    PyObject *file = PyObject_GetAttr(sink, s_file);
-    PyObject *fd_obj = file ? PyObject_GetAttr(file, s_fd) : NULL;
+    PyObject *file = slot_get(sink, Py_TYPE(sink) == (PyTypeObject *)text_sink_type ? &text_file : &jsonl_file);
+    PyObject *fd_obj = file ? slot_get(file, &file_fd) : NULL;
     if (fd_obj == NULL || fd_obj == Py_None) {
         Py_XDECREF(fd_obj);
         Py_XDECREF(file);
@@ -906,9 +989,9 @@ static int plain_window(PyObject *windows, PyObject *clock, PyObject **sinks, Py
     PyObject *pending = NULL, *device = NULL, *list = NULL, *out = NULL;
     *sinks = *entries = NULL;
     if ((PyObject *)Py_TYPE(windows) != log_windows_type || (PyObject *)Py_TYPE(clock) != step_clock_type) return 0;
-    if ((pending = PyObject_GetAttr(windows, s_pending)) == NULL) goto done;
+    if ((pending = slot_get(windows, &windows_pending)) == NULL) goto done;
     if (!PyList_CheckExact(pending) || PyList_GET_SIZE(pending)) goto done;
-    if ((device = PyObject_GetAttr(windows, s_device)) == NULL) goto done;
+    if ((device = slot_get(windows, &windows_device)) == NULL) goto done;
     if (device != Py_None) {
         PyObject *kind = PyObject_GetAttr(device, s_kind);
         if (kind == NULL) goto done;
@@ -925,12 +1008,12 @@ static int plain_window(PyObject *windows, PyObject *clock, PyObject **sinks, Py
         Py_DECREF(v);
         if (on) goto done; /* a mode would see our reads, a profiler wants them annotated: the Python path */
     }
-    if ((list = PyObject_GetAttr(windows, s_sinks)) == NULL) goto done;
+    if ((list = slot_get(windows, &windows_sinks)) == NULL) goto done;
     if (!PyList_CheckExact(list)) goto done;
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list); i++) {
         PyObject *sink = PyList_GET_ITEM(list, i), *type = (PyObject *)Py_TYPE(sink);
         if (type == text_sink_type) {
-            PyObject *echo = PyObject_GetAttr(sink, s_echo);
+            PyObject *echo = slot_get(sink, &text_echo);
             if (echo == NULL) goto done;
             int shown = truth(echo);
             Py_DECREF(echo);
@@ -939,7 +1022,7 @@ static int plain_window(PyObject *windows, PyObject *clock, PyObject **sinks, Py
             goto done;
         }
     }
-    if ((out = PyObject_GetAttr(clock, s_entries)) == NULL) goto done;
+    if ((out = slot_get(clock, &clock_entries)) == NULL) goto done;
     if (!PyList_CheckExact(out) || PyList_GET_SIZE(out) == 0) goto done;
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(out); i++) {
         Closed *e = (Closed *)PyList_GET_ITEM(out, i);
@@ -1009,11 +1092,13 @@ static int write_window(PyObject *windows, PyObject *sinks, PyObject *w, PyObjec
                         PyObject *fields) {
     if (PyList_GET_SIZE(sinks) == 0) return 0;
     int r = -1, warmup = -1;
-    PyObject *rank = PyObject_GetAttr(windows, s_rank);
-    PyObject *world = rank ? PyObject_GetAttr(windows, s_world_size) : NULL;
-    PyObject *steady = world ? PyObject_GetAttr(windows, s_steady_from) : NULL;
+    PyObject *rank = slot_get(windows, &windows_rank);
+    PyObject *world = rank ? slot_get(windows, &windows_world_size) : NULL;
+    PyObject *steady = world ? slot_get(windows, &windows_steady_from) : NULL;
     if (steady) warmup = PyObject_RichCompareBool(PyTuple_GET_ITEM(w, 0), steady, Py_LT);
-    Buf metrics = {NULL, 0, 0}, text = {NULL, 0, 0};
+    Buf metrics, text;
+    buf_init(&metrics);
+    buf_init(&text);
     if (warmup >= 0) {
         r = lines(w, epoch, rank, world, warmup, PyTuple_GET_ITEM(host, 0), PyTuple_GET_ITEM(host, 1), fields,
                   &metrics, &text);
@@ -1032,21 +1117,21 @@ static int write_window(PyObject *windows, PyObject *sinks, PyObject *w, PyObjec
         r = done ? 1 : -1;
         Py_XDECREF(done);
     }
-    PyMem_Free(metrics.p);
-    PyMem_Free(text.p);
+    buf_free(&metrics);
+    buf_free(&text);
     Py_XDECREF(rank); Py_XDECREF(world); Py_XDECREF(steady);
     return r < 0 ? -1 : 0;
 }
 
-/* HostTimes.take: (data, backward), both reset */
-static PyObject *take_host(PyObject *windows) {
-    PyObject *host = PyObject_GetAttr(windows, s_host);
+/* HostTimes.take: (data, backward), both reset (`slots`: where they lie in a HostTimes) */
+static PyObject *take_host(PyObject *windows, const Slot *data_slot, const Slot *backward_slot) {
+    PyObject *host = slot_get(windows, &windows_host);
     if (host == NULL) return NULL;
-    PyObject *data = PyObject_GetAttr(host, s_data);
-    PyObject *backward = data ? PyObject_GetAttr(host, s_backward) : NULL;
+    PyObject *data = slot_get(host, data_slot);
+    PyObject *backward = data ? slot_get(host, backward_slot) : NULL;
     PyObject *zero = backward ? PyFloat_FromDouble(0.0) : NULL;
     PyObject *out = NULL;
-    if (zero && PyObject_SetAttr(host, s_data, zero) == 0 && PyObject_SetAttr(host, s_backward, zero) == 0)
+    if (zero && slot_set(host, data_slot, zero) == 0 && slot_set(host, backward_slot, zero) == 0)
         out = PyTuple_Pack(2, data, backward);
     Py_XDECREF(zero); Py_XDECREF(data); Py_XDECREF(backward); Py_DECREF(host);
     return out;
@@ -1055,16 +1140,16 @@ static PyObject *take_host(PyObject *windows) {
 /* `with outputs:` (contract/outputs.py's __enter__ / __exit__): busy while the lines are written; what a SIGTERM
    deferred meanwhile runs at the end */
 static int outputs_busy(PyObject *outputs, long by) {
-    PyObject *busy = PyObject_GetAttr(outputs, s_busy);
+    PyObject *busy = slot_get(outputs, &outputs_busy_count);
     if (busy == NULL) return -1;
     long now = PyLong_AsLong(busy) + by;
     Py_DECREF(busy);
     if (PyErr_Occurred()) return -1;
     PyObject *value = PyLong_FromLong(now);
-    int r = value ? PyObject_SetAttr(outputs, s_busy, value) : -1;
+    int r = value ? slot_set(outputs, &outputs_busy_count, value) : -1;
     Py_XDECREF(value);
     if (r < 0 || by > 0 || now) return r;
-    PyObject *deferred = PyObject_GetAttr(outputs, s_deferred);
+    PyObject *deferred = slot_get(outputs, &outputs_deferred);
     int any = deferred ? truth(deferred) : -1;
     Py_XDECREF(deferred);
     if (any != 1) return any;
@@ -1122,48 +1207,62 @@ static int read_riders(PyObject *extra, PyObject **riding) {
     return *riding ? 0 : -1;
 }
 
+/* the monitor's hooks (below): what they hold, and where the fields they read lie */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *monitor, *tracker, *host, *original, *on_done, *graph_task, *marks, *scalar, *wrapped_name, *doc;
+    PyObject *monitor_type, *host_type; /* the classes the slots below were found for */
+    /* the monitor's (compiled.StepFields) */
+    Slot watch, scaled, finished, log_broken, clock, log_every, windows, outputs, callbacks, ctx, epoch;
+    Slot data, backward; /* the host's (HostTimes) */
+} Hooks;
+
 /* TrainingMonitor._log_due for a plain window: 1 written, 0 not plain (the Python path), -1 error */
-static int plain_log_step(PyObject *monitor, PyObject *marks) {
-    PyObject *windows = PyObject_GetAttr(monitor, s_windows);
-    PyObject *clock = windows ? PyObject_GetAttr(monitor, s_clock) : NULL;
+static int plain_log_step(Hooks *self) {
+    PyObject *monitor = self->monitor, *marks = self->marks;
+    PyObject *windows = slot_get(monitor, &self->windows);
+    PyObject *clock = windows ? slot_get(monitor, &self->clock) : NULL;
     PyObject *sinks = NULL, *entries = NULL, *outputs = NULL;
     int plain = clock ? plain_window(windows, clock, &sinks, &entries) : -1;
-    if (plain == 1) outputs = PyObject_GetAttr(monitor, s_outputs);
+    if (plain == 1) outputs = slot_get(monitor, &self->outputs);
     if (plain != 1 || outputs == NULL || outputs_busy(outputs, 1) < 0) {
         Py_XDECREF(windows); Py_XDECREF(clock); Py_XDECREF(sinks); Py_XDECREF(entries); Py_XDECREF(outputs);
         return plain == 1 ? -1 : plain;
     }
-    int r = -1, internal = mark_internal(marks, 1) == 0;
+    int r = -1, internal = 0;
     Py_ssize_t n = PyList_GET_SIZE(entries);
     PyObject *taken = NULL, *values = NULL, *w = NULL, *host = NULL, *totals = NULL, *start = NULL, *seconds = NULL;
     PyObject *samples = NULL, *all = NULL, *callbacks = NULL, *riders = NULL, *ctx = NULL, *along = NULL;
     PyObject *riding = NULL, *fields = NULL, *epoch = NULL;
-    if (!internal) goto done;
     /* StepClock.close_window */
     if ((taken = PyList_GetSlice(entries, 0, n)) == NULL || PyList_SetSlice(entries, 0, n, NULL) < 0) goto done;
     PyObject *end = ((Closed *)PyList_GET_ITEM(taken, n - 1))->at;
-    if ((start = PyObject_GetAttr(clock, s_window_start)) == NULL) goto done;
+    if ((start = slot_get(clock, &clock_window_start)) == NULL) goto done;
     if ((seconds = PyNumber_Subtract(end, start)) == NULL || !PyFloat_CheckExact(seconds)) goto done;
     samples = PyLong_FromLong(0);
     for (Py_ssize_t i = 0; i < n && samples != NULL && samples != Py_None; i++) {
         PyObject *s = ((Closed *)PyList_GET_ITEM(taken, i))->samples;
         Py_SETREF(samples, is_none(s) ? Py_NewRef(Py_None) : PyNumber_Add(samples, s));
     }
-    if (samples == NULL || PyObject_SetAttr(clock, s_window_start, end) < 0) goto done;
+    if (samples == NULL || slot_set(clock, &clock_window_start, end) < 0) goto done;
     /* what the features read along: (extra, layout) */
-    if ((callbacks = PyObject_GetAttr(monitor, s_callbacks)) == NULL) goto done;
-    if ((riders = PyObject_GetAttr(callbacks, s_riders)) == NULL || (ctx = PyObject_GetAttr(monitor, s_ctx)) == NULL)
+    if ((callbacks = slot_get(monitor, &self->callbacks)) == NULL) goto done;
+    if ((riders = PyObject_GetAttr(callbacks, s_riders)) == NULL || (ctx = slot_get(monitor, &self->ctx)) == NULL)
         goto done;
     int any = truth(riders);
     if (any < 0) goto done;
-    along = any ? PyObject_CallMethodObjArgs(callbacks, s_read_along, ctx, taken, NULL)
-                : Py_BuildValue("(O[])", Py_None);
+    if (any) { /* the features' reads are our own work: no dump or detector sees them (`with INTERNAL:`) */
+        if (mark_internal(marks, 1) < 0) goto done;
+        internal = 1;
+    }
+    along = any ? PyObject_CallMethodObjArgs(callbacks, s_read_along, ctx, taken, NULL) : Py_NewRef(no_riders);
     if (along == NULL) goto done;
     if (!PyTuple_Check(along) || PyTuple_GET_SIZE(along) != 2) {
         PyErr_SetString(PyExc_TypeError, "read_along: (extra, layout)");
         goto done;
     }
-    if ((epoch = PyObject_GetAttr(monitor, s_epoch)) == NULL || read_riders(PyTuple_GET_ITEM(along, 0), &riding) < 0)
+    if ((epoch = slot_get(monitor, &self->epoch)) == NULL || read_riders(PyTuple_GET_ITEM(along, 0), &riding) < 0)
         goto done;
     if (riding == NULL) { /* read on a device: LogWindows.read's */
         PyObject *args[] = {windows, taken, seconds, samples, epoch, PyTuple_GET_ITEM(along, 0),
@@ -1173,16 +1272,23 @@ static int plain_log_step(PyObject *monitor, PyObject *marks) {
         Py_XDECREF(read);
         goto done;
     }
-    /* the reads: each loss as .item() gives it, where it lies */
+    /* the reads: each loss as .item() gives it, where it lies. torch's own item (a C method), called from here with
+       no mode, subclass or profiler about, nothing sees; one wrapped in Python (a dump's, a test's count) sees
+       them marked as our own work */
+    PyObject *item = PyObject_GetAttr((PyObject *)Py_TYPE(((Closed *)PyList_GET_ITEM(taken, 0))->loss), s_item);
+    int wrapped = item == NULL ? -1 : Py_TYPE(item) != &PyMethodDescr_Type;
+    Py_XDECREF(item);
+    if (wrapped < 0 || (wrapped && !internal && mark_internal(marks, 1) < 0)) goto done;
+    internal = internal || wrapped;
     if ((values = PyList_New(n)) == NULL) goto done;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *v = PyObject_CallMethodNoArgs(((Closed *)PyList_GET_ITEM(taken, i))->loss, s_item);
         if (v == NULL) goto done;
         PyList_SET_ITEM(values, i, v);
     }
-    if ((host = take_host(windows)) == NULL) goto done;
+    if ((host = take_host(windows, &self->data, &self->backward)) == NULL) goto done;
     if ((w = window_of(taken, seconds, samples, values)) == NULL) goto done;
-    totals = PyObject_GetAttr(windows, s_totals);
+    totals = slot_get(windows, &windows_totals);
     all = totals ? PyObject_GetAttr(totals, s_window_list) : NULL;
     if (all == NULL || PyList_Append(all, w) < 0) goto done;
     int shown = truth(PyTuple_GET_ITEM(along, 1)); /* callbacks.window(ctx, window, riding, layout) if layout */
@@ -1209,15 +1315,6 @@ done:
 
 /* ---- the monitor's hooks: backward (capture.patch_backward + TrainingMonitor._on_backward), the batch
    (TrainingMonitor._on_batch), the commit (TrainingMonitor._on_commit) --------------------------------------------- */
-
-typedef struct {
-    PyObject_HEAD
-    vectorcallfunc vectorcall;
-    PyObject *monitor, *tracker, *host, *original, *on_done, *graph_task, *marks, *scalar, *wrapped_name, *doc;
-    PyObject *monitor_type, *host_type; /* the classes the slots below were found for */
-    Slot watch, scaled, finished, log_broken, clock, log_every, windows; /* the monitor's (compiled.StepFields) */
-    Slot data, backward;                                                 /* the host's (HostTimes) */
-} Hooks;
 
 static int Hooks_traverse(Hooks *self, visitproc visit, void *arg) {
     Py_VISIT(self->monitor); Py_VISIT(self->tracker); Py_VISIT(self->host); Py_VISIT(self->original);
@@ -1434,7 +1531,7 @@ static PyObject *Hooks_on_commit(PyObject *hooks, PyObject *const *args, Py_ssiz
         }
     }
     if (due == 1) {
-        int written = line ? plain_log_step(self->monitor, self->marks) : 0; /* a plain window's line: here */
+        int written = line ? plain_log_step(self) : 0; /* a plain window's line: here */
         r = written ? NULL : PyObject_CallMethodOneArg(self->monitor, s_log_due, closed);
         if (written < 0 || (!written && r == NULL)) due = -1;
         Py_XDECREF(r);
@@ -1506,7 +1603,9 @@ static PyObject *Hooks_tp_new(PyTypeObject *type, PyObject *args, PyObject *kwar
         {&self->watch, self->monitor_type, s_watch}, {&self->scaled, self->monitor_type, s_scaled},
         {&self->finished, self->monitor_type, s_finished}, {&self->log_broken, self->monitor_type, s_log_broken},
         {&self->clock, self->monitor_type, s_clock}, {&self->log_every, self->monitor_type, s_log_every},
-        {&self->windows, self->monitor_type, s_windows}, {&self->data, self->host_type, s_data},
+        {&self->windows, self->monitor_type, s_windows}, {&self->outputs, self->monitor_type, s_outputs},
+        {&self->callbacks, self->monitor_type, s_callbacks}, {&self->ctx, self->monitor_type, s_ctx},
+        {&self->epoch, self->monitor_type, s_epoch}, {&self->data, self->host_type, s_data},
         {&self->backward, self->host_type, s_backward}};
     for (size_t i = 0; i < sizeof slots / sizeof slots[0]; i++) slot_find(slots[i].slot, slots[i].type, slots[i].name);
     PyObject_GC_Track(self);
@@ -1674,35 +1773,52 @@ static PyObject *setup(PyObject *module, PyObject *args) {
 }
 
 /* setup_lines(LogWindows, StepClock, TextLogSink, JsonlSink, Window, make_window, profiler_enabled,
-   len_dispatch_stack, stamp_cache, sum, floats, stamp): what the log step reads and hands on (None: a torch
-   without it) */
+   len_dispatch_stack, stamp_cache, sum, floats, stamp, LineFile, Outputs): what the log step reads and hands on
+   (None: a torch without it) */
 static PyObject *setup_lines(PyObject *module, PyObject *args) {
     PyObject **into[] = {&log_windows_type, &step_clock_type, &text_sink_type, &jsonl_sink_type, &window_type,
                          &make_window, &profiler_enabled, &len_dispatch_stack, &stamp_cache, &builtin_sum,
-                         &floats_of, &stamp_of};
+                         &floats_of, &stamp_of, &line_file_type, &outputs_type};
     const Py_ssize_t count = sizeof into / sizeof into[0];
     if (!PyTuple_Check(args) || PyTuple_GET_SIZE(args) != count) {
-        PyErr_SetString(PyExc_TypeError, "setup_lines takes 12 arguments");
+        PyErr_SetString(PyExc_TypeError, "setup_lines takes 14 arguments");
         return NULL;
     }
     for (Py_ssize_t i = 0; i < count; i++) put(into[i], PyTuple_GET_ITEM(args, i));
-    slot_find(&clock_commit, step_clock_type, s_commit);
-    slot_find(&windows_pending, log_windows_type, s_pending);
+    struct { Slot *slot; PyObject *type, *name; } slots[] = {
+        {&clock_commit, step_clock_type, s_commit}, {&clock_entries, step_clock_type, s_entries},
+        {&clock_window_start, step_clock_type, s_window_start}, {&windows_pending, log_windows_type, s_pending},
+        {&windows_device, log_windows_type, s_device}, {&windows_sinks, log_windows_type, s_sinks},
+        {&windows_host, log_windows_type, s_host}, {&windows_totals, log_windows_type, s_totals},
+        {&windows_rank, log_windows_type, s_rank}, {&windows_world_size, log_windows_type, s_world_size},
+        {&windows_steady_from, log_windows_type, s_steady_from}, {&text_file, text_sink_type, s_file},
+        {&text_echo, text_sink_type, s_echo}, {&jsonl_file, jsonl_sink_type, s_file}, {&file_fd, line_file_type, s_fd},
+        {&outputs_busy_count, outputs_type, s_busy}, {&outputs_deferred, outputs_type, s_deferred}};
+    for (size_t i = 0; i < sizeof slots / sizeof slots[0]; i++) slot_find(slots[i].slot, slots[i].type, slots[i].name);
     Py_RETURN_NONE;
 }
 
-/* float_text(x): the text a line writes for the float x (what float.__repr__ gives) */
-static PyObject *float_text(PyObject *module, PyObject *x) {
-    Buf b = {NULL, 0, 0};
-    int r = buf_float(&b, x, 'r', 0);
+/* float_text(x, digits=0): the text a line writes for the float x: float.__repr__'s, or with digits '%.<digits>f'
+   % x's */
+static PyObject *float_text(PyObject *module, PyObject *args) {
+    PyObject *x;
+    int digits = 0;
+    if (!PyArg_ParseTuple(args, "O|i:float_text", &x, &digits)) return NULL;
+    if (digits < 0 || digits > 17) {
+        PyErr_SetString(PyExc_ValueError, "float_text's digits: 0 to 17");
+        return NULL;
+    }
+    Buf b;
+    buf_init(&b);
+    int r = buf_float(&b, x, digits ? 'f' : 'r', digits);
     PyObject *out = r == 1 ? PyUnicode_FromStringAndSize(b.p, b.n) : NULL;
-    PyMem_Free(b.p);
+    buf_free(&b);
     if (r == 0) PyErr_SetString(PyExc_ValueError, "float_text takes a finite float");
     return out;
 }
 
 static PyMethodDef module_methods[] = {
-    {"float_text", float_text, METH_O, "The text a line writes for a finite float (float.__repr__'s)."},
+    {"float_text", float_text, METH_VARARGS, "The text a line writes for a finite float (repr's, or '%.<digits>f')."},
     {"setup", setup, METH_VARARGS, "The Python functions the compiled ones hand unusual cases to."},
     {"setup_lines", setup_lines, METH_VARARGS, "The classes and functions of the log step."},
     {"plain_lines", plain_lines, METH_VARARGS, "A window's metrics.jsonl and log.txt lines, or None."},
@@ -1730,8 +1846,18 @@ PyMODINIT_FUNC PyInit_ascend_tune_step_path(void) {
         {&s_is_floating_point, "is_floating_point"}};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if ((*names[i].slot = PyUnicode_InternFromString(names[i].text)) == NULL) return NULL;
-    clock_commit.name = s_commit; /* by name until setup_lines finds the slots */
-    windows_pending.name = s_pending;
+    PyObject *nothing = PyTuple_New(0);
+    no_riders = nothing ? PyTuple_Pack(2, Py_None, nothing) : NULL;
+    Py_XDECREF(nothing);
+    if (no_riders == NULL) return NULL;
+    struct { Slot *slot; PyObject *name; } by_name[] = { /* by name until setup_lines finds the slots */
+        {&clock_commit, s_commit}, {&clock_entries, s_entries}, {&clock_window_start, s_window_start},
+        {&windows_pending, s_pending}, {&windows_device, s_device}, {&windows_sinks, s_sinks},
+        {&windows_host, s_host}, {&windows_totals, s_totals}, {&windows_rank, s_rank},
+        {&windows_world_size, s_world_size}, {&windows_steady_from, s_steady_from}, {&text_file, s_file},
+        {&text_echo, s_echo}, {&jsonl_file, s_file}, {&file_fd, s_fd}, {&outputs_busy_count, s_busy},
+        {&outputs_deferred, s_deferred}};
+    for (size_t i = 0; i < sizeof by_name / sizeof by_name[0]; i++) by_name[i].slot->name = by_name[i].name;
     PyTypeObject *types[] = {&ClosedType, &TrackerType, &HooksType, &MarkedType};
     const char *type_names[] = {"ClosedStep", "Tracker", "Hooks", "iterate_marked"};
     for (int i = 0; i < 4; i++)
