@@ -31,7 +31,7 @@ class LogWindows:
         device_info: the run's device (its peak memory goes with each line), or None.
     """
 
-    # slots: the step path reads ``pending`` where it lies
+    # slots: the step path reads them where they lie (``pending`` at every step, the rest at a line)
     __slots__ = ("totals", "host", "rank", "world_size", "device", "sinks", "pending", "_steady_from")
 
     def __init__(self, totals: step_clock.RunTotals, host: HostTimes, rank: int, world_size: int,

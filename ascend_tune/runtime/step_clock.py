@@ -202,7 +202,7 @@ class StepClock:
     the device, ``samples``, ``skipped``, ``at`` = ``time.perf_counter()`` and ``wall`` = ``time.time()`` at its end).
     """
 
-    __slots__ = ("_window_start", "_entries", "commit")  # slots: the step path reads ``commit`` where it lies
+    __slots__ = ("_window_start", "_entries", "commit")  # slots: the step path reads them where they lie
 
     def __init__(self) -> None:
         self._window_start = time.perf_counter()

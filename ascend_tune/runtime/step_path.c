@@ -639,21 +639,19 @@ static int short_repr(double v, char *out) {
     unsigned long long digits, fewer;
     if (!fits(s17, x << 2, sh + 2, low, half, edges, 17, &digits)) return 0;
     /* the fewest digits (any that fit, fit with one more): a double's interval spans ~1-22 units of its 17th digit,
-       so 16 or 17 digits, unless it is a short decimal (then searched in halves) */
-    if (fits(s17, x << 2, sh + 2, low, half, edges, 16, &fewer)) {
-        n = 16;
+       so 16 or 17 digits, tried first; fewer only for a short decimal, searched in halves */
+    while (n > 15 && fits(s17, x << 2, sh + 2, low, half, edges, n - 1, &fewer)) {
+        n--;
         digits = fewer;
-        if (fits(s17, x << 2, sh + 2, low, half, edges, 15, &fewer)) {
-            n = 15;
-            digits = fewer;
-            while (lo < n) {
-                int mid = (lo + n) / 2;
-                if (fits(s17, x << 2, sh + 2, low, half, edges, mid, &fewer)) {
-                    n = mid;
-                    digits = fewer;
-                } else {
-                    lo = mid + 1;
-                }
+    }
+    if (n == 15) {
+        while (lo < n) {
+            int mid = (lo + n) / 2;
+            if (fits(s17, x << 2, sh + 2, low, half, edges, mid, &fewer)) {
+                n = mid;
+                digits = fewer;
+            } else {
+                lo = mid + 1;
             }
         }
     }
